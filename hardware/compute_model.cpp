@@ -1,0 +1,93 @@
+#include "hardware/compute_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace scaleout {
+
+ComputeProfile default_profile(const GpuSpec& gpu) {
+  ComputeProfile p;
+  p.name = gpu.name + "-default";
+  p.measured_on = "datasheet";
+  p.source = "datasheet peaks; efficiencies as fractions of peak from one H200 measurement (KINDS.md, 2026-10-28)";
+  p.gemm_efficiency.fill(0.0);
+  auto set = [&](Dtype d, double e) { p.gemm_efficiency[static_cast<std::size_t>(d)] = e; };
+  set(Dtype::bf16, 0.80);
+  set(Dtype::fp16, 0.80);
+  set(Dtype::tf32, 0.75);
+  set(Dtype::fp8, 0.70);
+  set(Dtype::int8, 0.70);
+  set(Dtype::fp32, 0.85);
+  set(Dtype::fp64, 0.85);
+  set(Dtype::nf4, 0.80);
+  p.tiles = {{128, 256, 1.0}, {256, 128, 1.0}, {128, 128, 0.92}, {64, 128, 0.78}, {128, 64, 0.78}, {64, 64, 0.6}};
+  return p;
+}
+
+ComputeModel::ComputeModel(GpuSpec gpu, ComputeProfile profile) : gpu_(std::move(gpu)), profile_(std::move(profile)) {
+  if (profile_.tiles.empty()) profile_.tiles = default_profile(gpu_).tiles;
+}
+
+Time ComputeModel::memory_time(double bytes) const {
+  const double bw = gpu_.hbm_bandwidth.value * profile_.memory_efficiency;
+  return profile_.kernel_latency + Time::from_seconds(bytes / bw);
+}
+
+namespace {
+// GPUs without a tensor-core rate for a dtype run it on the next best unit (V100 has no bf16).
+double peak_for(const GpuSpec& gpu, Dtype d) {
+  if (gpu.supports(d)) return gpu.peak(d).value;
+  for (Dtype alt : {Dtype::bf16, Dtype::fp16, Dtype::fp32})
+    if (gpu.supports(alt)) return gpu.peak(alt).value;
+  return 1e12;
+}
+}  // namespace
+
+Time ComputeModel::gemm_time(const GemmShape& g, Dtype d) const {
+  if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0) return Time::zero();
+  Dtype eff_dtype = gpu_.supports(d) ? d : (gpu_.supports(Dtype::fp16) ? Dtype::fp16 : Dtype::fp32);
+  const double eff = std::max(1e-3, profile_.gemm_eff(eff_dtype));
+  const double sm_rate = peak_for(gpu_, d) / std::max(1, gpu_.sms) * eff;
+  const double elem = dtype_bytes(d);
+  const double bytes = double(g.batch) * (double(g.m) * double(g.k) + double(g.k) * double(g.n) +
+                                          double(g.m) * double(g.n)) * elem;
+  const double t_mem = bytes / (gpu_.hbm_bandwidth.value * profile_.memory_efficiency);
+  const double sms = std::max(1, gpu_.sms);
+  double best = 1e300;
+  for (const GemmTile& tile : profile_.tiles) {
+    const double tiles = std::ceil(double(g.m) / tile.m) * std::ceil(double(g.n) / tile.n) * double(g.batch);
+    // Split-K: when the tiles leave SMs idle, cut the reduction across them (partial sums in fp32).
+    const double max_split = std::max(1.0, std::min(std::floor(sms / tiles), std::floor(double(g.k) / 256.0)));
+    for (double split = 1; split <= max_split; split *= 2) {
+      const double k = std::ceil(double(g.k) / split);
+      const double waves = std::ceil(tiles * split / sms);
+      const double tile_time = 2.0 * tile.m * tile.n * k / (sm_rate * tile.efficiency) * (1.0 + profile_.gemm_k_half / k);
+      double t = waves * tile_time;
+      if (split > 1) t += double(g.m) * double(g.n) * double(g.batch) * 4.0 * split /
+                          (gpu_.hbm_bandwidth.value * profile_.memory_efficiency);
+      best = std::min(best, std::max(t, t_mem));
+    }
+  }
+  return profile_.kernel_latency + Time::from_seconds(best);
+}
+
+Time ComputeModel::attention_time(const AttentionShape& a, bool backward, Dtype d) const {
+  const double peak = peak_for(gpu_, d == Dtype::fp8 ? Dtype::bf16 : d);
+  const double seq = double(a.seq);
+  const double shape = seq / (seq + profile_.attention_seq_half) * std::min(1.0, double(a.head_dim) / 128.0 + 0.25);
+  const double eff = (backward ? profile_.attention_bwd_efficiency : profile_.attention_fwd_efficiency) * shape;
+  const double flops = backward ? a.bwd_flops() : a.fwd_flops();
+  return profile_.kernel_latency + Time::from_seconds(flops / (peak * std::max(1e-3, eff)));
+}
+
+Time ComputeModel::time(const Kernel& k) const {
+  switch (k.kind) {
+    case KernelKind::gemm: return gemm_time(k.gemm, k.dtype);
+    case KernelKind::attention_fwd: return attention_time(k.attn, false, k.dtype);
+    case KernelKind::attention_bwd: return attention_time(k.attn, true, k.dtype);
+    case KernelKind::memory: return memory_time(k.bytes);
+  }
+  return Time::zero();
+}
+
+}  // namespace scaleout

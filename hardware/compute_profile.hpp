@@ -1,0 +1,54 @@
+#pragma once
+// The efficiency figures the compute model needs, beyond the datasheet: what fraction of peak a
+// well-shaped GEMM reaches, how fast memory-bound kernels stream, the fixed cost of a kernel, and
+// the host (framework) time to issue one. A profile says where its numbers came from: the
+// physics-based default for a GPU, or a calibration on real hardware (hardware/calibration/).
+#include <array>
+#include <string>
+#include <vector>
+
+#include "hardware/dtype.hpp"
+#include "hardware/gpu.hpp"
+#include "sim/engine/time.hpp"
+
+namespace scaleout {
+
+struct GemmTile {
+  int m = 128, n = 128;
+  double efficiency = 1.0;  // relative to the best tile: small tiles reuse operands less
+};
+
+struct ComputeProfile {
+  std::string name;          // e.g. "h200-calibrated"
+  std::string measured_on;   // GPU, driver, date; "datasheet" for the default profile
+  std::string source;        // how it was made
+
+  // Fraction of the dense peak a large, tile-aligned GEMM reaches, per dtype.
+  std::array<double, kDtypeCount> gemm_efficiency{};
+  // Short reduction dimensions pay prologue/epilogue: efficiency scales by k / (k + gemm_k_half).
+  double gemm_k_half = 48;
+  std::vector<GemmTile> tiles;
+  // Achieved fraction of HBM bandwidth for long streams.
+  double memory_efficiency = 0.9;
+  // Fixed GPU-side cost of every kernel (launch, ramp-up, tail).
+  Time kernel_latency = Time::from_us(2.5);
+  // Flash attention (FlashAttention-2 as PyTorch's SDPA runs it) as a fraction of the bf16 peak,
+  // reached for long sequences; shorter ones lose by seq / (seq + attention_seq_half).
+  double attention_fwd_efficiency = 0.42;
+  double attention_bwd_efficiency = 0.33;
+  double attention_seq_half = 256;
+  // Host time to issue one kernel from eager PyTorch (Python + dispatcher + launch), in forward,
+  // in autograd's backward, and in the optimizer's foreach loops.
+  Time host_fwd_kernel = Time::from_us(9);
+  Time host_bwd_kernel = Time::from_us(5);
+  Time host_opt_kernel = Time::from_us(4);
+
+  double gemm_eff(Dtype d) const { return gemm_efficiency[static_cast<std::size_t>(d)]; }
+};
+
+// The default profile of a GPU: datasheet peaks with the efficiencies measured on an H200 of this
+// workplace (788 TFLOP/s of 989 for an 8192^3 bf16 GEMM, 4.3 of 4.8 TB/s for a device copy;
+// /work/.library/device/KINDS.md, 2026-10-28), carried over as fractions of peak.
+ComputeProfile default_profile(const GpuSpec& gpu);
+
+}  // namespace scaleout

@@ -1,0 +1,50 @@
+#pragma once
+// A kernel as the compute model sees it: a GEMM shape, an attention shape, or a memory-bound pass
+// described by the bytes it reads and writes.
+#include <cstdint>
+#include <string>
+
+#include "hardware/dtype.hpp"
+
+namespace scaleout {
+
+enum class KernelKind : std::uint8_t { gemm, attention_fwd, attention_bwd, memory };
+
+struct GemmShape {
+  // C[m,n] = A[m,k] * B[k,n], `batch` independent products (batched matmul).
+  std::int64_t m = 0, n = 0, k = 0, batch = 1;
+  double flops() const { return 2.0 * double(m) * double(n) * double(k) * double(batch); }
+};
+
+struct AttentionShape {
+  std::int64_t batch = 1, heads = 1, seq = 0, head_dim = 0;
+  bool causal = true;
+  // Forward FLOPs of QK^T and PV (2 matmuls of 2*s*s*d each per head), halved when causal.
+  double fwd_flops() const {
+    const double full = 4.0 * double(batch) * double(heads) * double(seq) * double(seq) * double(head_dim);
+    return causal ? full / 2 : full;
+  }
+  // Backward recomputes QK^T and runs four more matmuls: 2.5 times the forward (Dao et al. 2022).
+  double bwd_flops() const { return 2.5 * fwd_flops(); }
+};
+
+struct Kernel {
+  KernelKind kind = KernelKind::memory;
+  Dtype dtype = Dtype::bf16;
+  GemmShape gemm;
+  AttentionShape attn;
+  double bytes = 0;  // memory-bound kernels: bytes read plus bytes written
+  std::string name;
+
+  double flops() const {
+    switch (kind) {
+      case KernelKind::gemm: return gemm.flops();
+      case KernelKind::attention_fwd: return attn.fwd_flops();
+      case KernelKind::attention_bwd: return attn.bwd_flops();
+      case KernelKind::memory: return 0;
+    }
+    return 0;
+  }
+};
+
+}  // namespace scaleout

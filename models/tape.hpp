@@ -1,0 +1,69 @@
+#pragma once
+// The forward pass of a training step as the framework's autograd records it: operations over
+// tensors, each with the kernels it launches forward and backward and the tensors it saves for
+// backward. Memory is not summed from formulas but followed: the step simulation allocates each
+// output, frees a tensor when no later operation reads it and nothing saved it, frees saved
+// tensors as backward passes them, and replays checkpointed regions (recompute) in backward.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hardware/kernel.hpp"
+
+namespace scaleout {
+
+enum class MemCategory : std::uint8_t { params, grads, optimizer, activations, other };
+inline constexpr std::size_t kMemCategoryCount = 5;
+inline constexpr const char* kMemCategoryNames[kMemCategoryCount] = {"params", "grads", "optimizer", "activations",
+                                                                     "other"};
+
+struct TensorRec {
+  std::string name;
+  double bytes = 0;
+  MemCategory category = MemCategory::activations;
+  bool requires_grad = true;
+  bool hold_until_forward_end = false;  // autocast's cache of weight casts
+  int producer = -1;
+};
+
+struct ParamRec {
+  std::string name;
+  double count = 0;      // elements
+  bool trainable = true;
+};
+
+struct OpRec {
+  std::string name;
+  int layer = -1;          // -1: embedding / head
+  int region = -1;         // checkpointed region (recompute), -1: none
+  std::vector<int> inputs, outputs, saved;
+  std::vector<Kernel> fwd, bwd;
+  int param = -1;                 // parameter whose gradient this op's backward produces
+  double bwd_workspace_bytes = 0;  // scratch allocated for the backward kernels only
+};
+
+struct Tape {
+  std::vector<TensorRec> tensors;
+  std::vector<ParamRec> params;
+  std::vector<OpRec> ops;
+  int regions = 0;
+
+  int add_tensor(std::string name, double bytes, bool requires_grad = true,
+                 MemCategory cat = MemCategory::activations) {
+    tensors.push_back(TensorRec{std::move(name), bytes, cat, requires_grad, false, -1});
+    return int(tensors.size()) - 1;
+  }
+  int add_param(std::string name, double count, bool trainable = true) {
+    params.push_back(ParamRec{std::move(name), count, trainable});
+    return int(params.size()) - 1;
+  }
+  int add_op(OpRec op) {
+    const int id = int(ops.size());
+    for (int t : op.outputs)
+      if (tensors[t].producer < 0) tensors[t].producer = id;
+    ops.push_back(std::move(op));
+    return id;
+  }
+};
+
+}  // namespace scaleout

@@ -1,0 +1,43 @@
+#include "models/training.hpp"
+
+namespace scaleout {
+
+std::optional<PrecisionRecipe> precision_recipe(const std::string& name) {
+  PrecisionRecipe r;
+  r.name = name;
+  if (name == "bf16-mixed" || name == "fp16-mixed") {
+    // PyTorch autocast: fp32 weights, grads and moments (16 bytes/param with Adam); matmuls in
+    // bf16; fp32 embedding output keeps the residual stream in fp32.
+    r.param = r.grad = r.state = r.residual = Dtype::fp32;
+    r.compute = name == "bf16-mixed" ? Dtype::bf16 : Dtype::fp16;
+    r.autocast = true;
+  } else if (name == "bf16") {
+    r.param = r.grad = r.state = r.residual = r.compute = Dtype::bf16;
+  } else if (name == "megatron-bf16" || name == "megatron-fp16" || name == "fp8-mixed") {
+    // Megatron-LM: low-precision params, fp32 main grads, fp32 master copy and moments (18 B/param).
+    const Dtype lo = name == "megatron-fp16" ? Dtype::fp16 : Dtype::bf16;
+    r.param = r.residual = lo;
+    r.compute = name == "fp8-mixed" ? Dtype::fp8 : lo;
+    r.grad = r.state = Dtype::fp32;
+    r.master_copy = true;
+    r.fused_kernels = true;
+  } else {
+    return std::nullopt;
+  }
+  return r;
+}
+
+double optimizer_state_bytes(Optimizer o, Dtype state) {
+  switch (o) {
+    case Optimizer::adamw: return 2 * dtype_bytes(state);
+    case Optimizer::sgd: return dtype_bytes(state);
+    // Adafactor (Shazeer & Stern 2018) without momentum: factored second moment, row and column
+    // vectors per matrix: O(rows + cols), negligible per parameter; counted as 1/64 byte.
+    case Optimizer::adafactor: return dtype_bytes(state) / 64.0;
+    // bitsandbytes 8-bit Adam: two 1-byte moments plus an fp32 absmax per 2048-element block each.
+    case Optimizer::adamw_8bit: return 2.0 + 2.0 * 4.0 / 2048.0;
+  }
+  return 0;
+}
+
+}  // namespace scaleout

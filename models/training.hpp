@@ -1,0 +1,53 @@
+#pragma once
+// How a model is trained: the precision recipe, optimizer, recompute, attention kernel, LoRA.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "hardware/dtype.hpp"
+
+namespace scaleout {
+
+enum class Recompute : std::uint8_t { none, selective, full };
+enum class AttentionImpl : std::uint8_t { flash, naive };
+enum class Optimizer : std::uint8_t { adamw, sgd, adafactor, adamw_8bit };
+enum class OptimizerImpl : std::uint8_t { foreach_, fused };
+
+// A precision recipe: where each tensor lives and in what format (DESIGN.md "precision").
+struct PrecisionRecipe {
+  std::string name;
+  Dtype param = Dtype::fp32;       // the weights the model computes from, as stored on the GPU
+  Dtype grad = Dtype::fp32;        // .grad / main_grad
+  Dtype state = Dtype::fp32;       // optimizer moments
+  Dtype compute = Dtype::bf16;     // GEMM operands
+  Dtype residual = Dtype::fp32;    // the residual stream between layers
+  bool autocast = false;           // PyTorch autocast: per-op casts, weight copies per forward
+  bool master_copy = false;        // an fp32 master copy beside low-precision params (Megatron)
+  bool fused_kernels = false;      // Megatron-style fused norm, bias-GELU, softmax, cross-entropy
+};
+
+std::optional<PrecisionRecipe> precision_recipe(const std::string& name);
+
+struct LoraSpec {
+  std::int64_t rank = 16;
+  bool all_linear = true;   // false: attention projections only
+  bool nf4_base = false;    // QLoRA: frozen base in 4-bit NF4 with blockwise constants
+};
+
+struct TrainingSpec {
+  std::int64_t seq_len = 2048;
+  std::int64_t micro_batch = 1;
+  std::int64_t global_batch = 1;
+  PrecisionRecipe precision;
+  Optimizer optimizer = Optimizer::adamw;
+  OptimizerImpl optimizer_impl = OptimizerImpl::foreach_;
+  Recompute recompute = Recompute::none;
+  AttentionImpl attention = AttentionImpl::flash;
+  double dropout = 0.0;
+  std::optional<LoraSpec> lora;
+};
+
+// Optimizer state in bytes per trained parameter (moments; the master copy is the recipe's).
+double optimizer_state_bytes(Optimizer o, Dtype state);
+
+}  // namespace scaleout

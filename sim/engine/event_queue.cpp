@@ -1,0 +1,80 @@
+#include "sim/engine/event_queue.hpp"
+
+#include <algorithm>
+
+#include "sim/engine/check.hpp"
+
+namespace scaleout {
+
+namespace {
+constexpr int kSlotBits = 32;
+auto greater = [](const auto& a, const auto& b) { return a > b; };
+}  // namespace
+
+// An EventId packs the insertion counter (high bits) and the slot (low bits), so a stale id whose
+// slot was reused is recognised and cancel() of it is a no-op.
+EventId EventQueue::push(Time at, int priority, EventFn fn) {
+  std::uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<std::uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  const std::uint64_t seq = next_seq_++;
+  slots_[slot] = Slot{std::move(fn), seq, true};
+  heap_.push_back(Key{at, priority, seq, slot});
+  std::push_heap(heap_.begin(), heap_.end(), greater);
+  ++live_;
+  return (seq << kSlotBits) | slot;
+}
+
+bool EventQueue::cancel(EventId id) {
+  const auto slot = static_cast<std::uint32_t>(id & 0xffffffffu);
+  const std::uint64_t seq = id >> kSlotBits;
+  if (slot >= slots_.size()) return false;
+  Slot& s = slots_[slot];
+  if (!s.live || s.seq != seq) return false;
+  s.live = false;
+  s.fn = nullptr;
+  --live_;
+  return true;
+}
+
+void EventQueue::drop_dead_top() {
+  while (!heap_.empty()) {
+    const Key& top = heap_.front();
+    const Slot& s = slots_[top.slot];
+    if (s.live && s.seq == top.seq) return;
+    const std::uint32_t slot = top.slot;
+    const bool reusable = !s.live && s.seq == top.seq;
+    std::pop_heap(heap_.begin(), heap_.end(), greater);
+    heap_.pop_back();
+    if (reusable) free_slots_.push_back(slot);
+  }
+}
+
+Time EventQueue::next_time() {
+  drop_dead_top();
+  return heap_.empty() ? Time::max() : heap_.front().at;
+}
+
+bool EventQueue::pop(Time& at, EventFn& fn) {
+  drop_dead_top();
+  if (heap_.empty()) return false;
+  const Key top = heap_.front();
+  std::pop_heap(heap_.begin(), heap_.end(), greater);
+  heap_.pop_back();
+  Slot& s = slots_[top.slot];
+  SCALEOUT_CHECK(s.live && s.seq == top.seq, "event queue: popped a dead event");
+  at = top.at;
+  fn = std::move(s.fn);
+  s.fn = nullptr;
+  s.live = false;
+  free_slots_.push_back(top.slot);
+  --live_;
+  return true;
+}
+
+}  // namespace scaleout

@@ -1,0 +1,33 @@
+#include "sim/engine/simulator.hpp"
+
+#include <sstream>
+
+#include "sim/engine/check.hpp"
+
+namespace scaleout {
+
+void fail_check(const char* expr, const char* file, int line, const std::string& what) {
+  std::ostringstream os;
+  os << "internal error: " << what << " (" << expr << " at " << file << ":" << line << ")";
+  throw InternalError(os.str());
+}
+
+EventId Simulator::schedule_at(Time at, EventFn fn, int priority) {
+  SCALEOUT_CHECK(at >= now_, "event scheduled in the past");
+  return queue_.push(at, priority, std::move(fn));
+}
+
+std::uint64_t Simulator::run(Time limit) {
+  std::uint64_t n = 0;
+  Time at;
+  EventFn fn;
+  while (queue_.next_time() <= limit && queue_.pop(at, fn)) {
+    now_ = at;
+    fn();
+    ++n;
+  }
+  executed_ += n;
+  return n;
+}
+
+}  // namespace scaleout

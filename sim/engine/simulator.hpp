@@ -1,0 +1,29 @@
+#pragma once
+// The discrete-event simulator: a clock and a deterministic event queue. It knows nothing of GPUs;
+// components own their state and schedule closures on it. Passed explicitly, never global, so that
+// many simulations can run in one process (a sweep).
+#include <cstdint>
+
+#include "sim/engine/event_queue.hpp"
+#include "sim/engine/time.hpp"
+
+namespace scaleout {
+
+class Simulator {
+ public:
+  Time now() const { return now_; }
+  EventId schedule_at(Time at, EventFn fn, int priority = 0);
+  EventId schedule_in(Time delay, EventFn fn, int priority = 0) { return schedule_at(now_ + delay, std::move(fn), priority); }
+  bool cancel(EventId id) { return queue_.cancel(id); }
+  // Runs events until none is left (or until `limit` is passed); returns the number executed.
+  std::uint64_t run(Time limit = Time::max());
+  std::uint64_t events_executed() const { return executed_; }
+  bool idle() const { return queue_.empty(); }
+
+ private:
+  EventQueue queue_;
+  Time now_ = Time::zero();
+  std::uint64_t executed_ = 0;
+};
+
+}  // namespace scaleout

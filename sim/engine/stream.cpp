@@ -1,0 +1,90 @@
+#include "sim/engine/stream.hpp"
+
+#include "sim/engine/check.hpp"
+
+namespace scaleout {
+
+StreamId StreamExecutor::add_stream() {
+  streams_.emplace_back();
+  return static_cast<StreamId>(streams_.size() - 1);
+}
+
+TaskId StreamExecutor::add_task(StreamId stream, Time duration, std::span<const TaskId> deps, std::uint32_t tag) {
+  SCALEOUT_CHECK(stream < streams_.size(), "task on an unknown stream");
+  const auto id = static_cast<TaskId>(tasks_.size());
+  Task t;
+  t.duration = duration;
+  t.stream = stream;
+  t.tag = tag;
+  for (TaskId d : deps) {
+    SCALEOUT_CHECK(d < id, "a task may only depend on earlier tasks");
+    if (!tasks_[d].done) {
+      ++t.pending_deps;
+      tasks_[d].dependents.push_back(id);
+    }
+  }
+  tasks_.push_back(std::move(t));
+  streams_[stream].order.push_back(id);
+  return id;
+}
+
+TaskId StreamExecutor::add(StreamId stream, Time duration, std::span<const TaskId> deps, std::uint32_t tag) {
+  const TaskId id = add_task(stream, duration, deps, tag);
+  if (started_) try_start(stream);
+  return id;
+}
+
+TaskId StreamExecutor::add_launched(StreamId stream, Launcher launcher, std::span<const TaskId> deps,
+                                    std::uint32_t tag) {
+  const TaskId id = add_task(stream, Time::zero(), deps, tag);
+  launchers_.push_back(std::move(launcher));
+  tasks_[id].launcher = static_cast<std::uint32_t>(launchers_.size());
+  if (started_) try_start(stream);
+  return id;
+}
+
+void StreamExecutor::start() {
+  started_ = true;
+  for (StreamId s = 0; s < streams_.size(); ++s) try_start(s);
+}
+
+void StreamExecutor::try_start(StreamId s) {
+  Stream& st = streams_[s];
+  if (st.busy || st.head >= st.order.size()) return;
+  const TaskId id = st.order[st.head];
+  Task& t = tasks_[id];
+  if (t.pending_deps > 0) return;
+  st.busy = true;
+  t.running = true;
+  t.started = sim_.now();
+  const std::uint32_t launcher = t.launcher;
+  const Time duration = t.duration;
+  // Hooks may add tasks, which can move tasks_: no reference to a task survives them.
+  for (auto& h : on_start_) h(id, sim_.now());
+  if (launcher != 0) {
+    launchers_[launcher - 1](id);
+  } else {
+    sim_.schedule_in(duration, [this, id] { finish(id); });
+  }
+}
+
+void StreamExecutor::finish(TaskId id) {
+  Task& t = tasks_[id];
+  SCALEOUT_CHECK(t.running && !t.done, "finish() of a task that is not running");
+  t.running = false;
+  t.done = true;
+  t.finished = sim_.now();
+  ++finished_;
+  const StreamId s = t.stream;
+  streams_[s].busy = false;
+  ++streams_[s].head;
+  for (auto& h : on_finish_) h(id, sim_.now());
+  // Dependents first, in insertion order, then the next task of this stream: deterministic.
+  const std::vector<TaskId> dependents = std::move(tasks_[id].dependents);
+  for (TaskId d : dependents) {
+    if (--tasks_[d].pending_deps == 0) try_start(tasks_[d].stream);
+  }
+  try_start(s);
+}
+
+}  // namespace scaleout

@@ -1,0 +1,81 @@
+#pragma once
+// Streams of tasks on the simulator: each stream runs its tasks one at a time in submission order
+// (a CUDA stream, a host thread issuing launches, a NIC queue); a task may also wait for tasks on
+// other streams (an event wait). A task either lasts a fixed duration or is started by a launcher
+// that calls finish() itself (a flow on a network whose duration depends on contention).
+// Tasks may only depend on tasks added before them, so the graph is acyclic by construction.
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <span>
+#include <vector>
+
+#include "sim/engine/simulator.hpp"
+
+namespace scaleout {
+
+using TaskId = std::uint32_t;
+using StreamId = std::uint32_t;
+
+class StreamExecutor {
+ public:
+  using Launcher = std::function<void(TaskId)>;
+  using Hook = std::function<void(TaskId, Time)>;
+
+  explicit StreamExecutor(Simulator& sim) : sim_(sim) {}
+
+  StreamId add_stream();
+  TaskId add(StreamId stream, Time duration, std::span<const TaskId> deps, std::uint32_t tag = 0);
+  TaskId add(StreamId stream, Time duration, std::initializer_list<TaskId> deps = {}, std::uint32_t tag = 0) {
+    return add(stream, duration, std::span<const TaskId>(deps.begin(), deps.size()), tag);
+  }
+  TaskId add_launched(StreamId stream, Launcher launcher, std::span<const TaskId> deps, std::uint32_t tag = 0);
+
+  // Makes every task whose dependencies are met start; call once after building the graph (tasks
+  // may still be added later, e.g. by hooks).
+  void start();
+  // Completes a task started by its launcher.
+  void finish(TaskId id);
+
+  void on_start(Hook h) { on_start_.push_back(std::move(h)); }
+  void on_finish(Hook h) { on_finish_.push_back(std::move(h)); }
+
+  std::size_t task_count() const { return tasks_.size(); }
+  std::size_t finished_count() const { return finished_; }
+  bool all_finished() const { return finished_ == tasks_.size(); }
+  std::uint32_t tag(TaskId id) const { return tasks_[id].tag; }
+  StreamId stream_of(TaskId id) const { return tasks_[id].stream; }
+  Time start_time(TaskId id) const { return tasks_[id].started; }
+  Time finish_time(TaskId id) const { return tasks_[id].finished; }
+
+ private:
+  struct Task {
+    Time duration;
+    Time started = Time::max();
+    Time finished = Time::max();
+    StreamId stream = 0;
+    std::uint32_t tag = 0;
+    std::uint32_t pending_deps = 0;
+    std::uint32_t launcher = 0;  // 0: none; else index + 1 into launchers_
+    bool running = false;
+    bool done = false;
+    std::vector<TaskId> dependents;
+  };
+  struct Stream {
+    std::vector<TaskId> order;
+    std::size_t head = 0;
+    bool busy = false;
+  };
+  TaskId add_task(StreamId stream, Time duration, std::span<const TaskId> deps, std::uint32_t tag);
+  void try_start(StreamId s);
+
+  Simulator& sim_;
+  std::vector<Task> tasks_;
+  std::vector<Stream> streams_;
+  std::vector<Launcher> launchers_;
+  std::vector<Hook> on_start_, on_finish_;
+  std::size_t finished_ = 0;
+  bool started_ = false;
+};
+
+}  // namespace scaleout

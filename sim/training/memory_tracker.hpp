@@ -1,0 +1,31 @@
+#pragma once
+// Follows allocations through the step and remembers the peak and what made it up.
+#include <array>
+#include <vector>
+
+#include "models/tape.hpp"
+#include "sim/engine/time.hpp"
+
+namespace scaleout {
+
+class MemoryTracker {
+ public:
+  void alloc(MemCategory c, double bytes, Time at);
+  void free(MemCategory c, double bytes, Time at);
+  double current() const { return total_; }
+  double peak() const { return peak_; }
+  Time peak_time() const { return peak_time_; }
+  const std::array<double, kMemCategoryCount>& peak_breakdown() const { return at_peak_; }
+  // (time, bytes in use) after every change, for the trace's memory counter.
+  const std::vector<std::pair<Time, double>>& timeline() const { return timeline_; }
+  void keep_timeline(bool on) { keep_ = on; }
+
+ private:
+  std::array<double, kMemCategoryCount> now_{}, at_peak_{};
+  double total_ = 0, peak_ = 0;
+  Time peak_time_;
+  bool keep_ = false;
+  std::vector<std::pair<Time, double>> timeline_;
+};
+
+}  // namespace scaleout

@@ -1,0 +1,56 @@
+#pragma once
+// One training step on one GPU, simulated: the forward and backward of every micro-batch and the
+// optimizer step become kernels issued by a host stream and run in order on the GPU's compute
+// stream, with memory followed allocation by allocation.
+#include <array>
+#include <string>
+#include <vector>
+
+#include "hardware/compute_model.hpp"
+#include "models/training.hpp"
+#include "models/transformer.hpp"
+#include "sim/training/memory_tracker.hpp"
+
+namespace scaleout {
+
+struct StepConfig {
+  TransformerSpec model;
+  TrainingSpec training;
+  GpuSpec gpu;
+  ComputeProfile profile;
+  bool keep_trace = false;
+  // What the process holds beyond its tensors: the CUDA context, cuBLAS/cuDNN workspaces (outside
+  // torch's allocator), and the caching allocator's fragmentation, as a fraction of the peak.
+  double context_reserve_bytes = 0.5 * kGiB;
+  double fragmentation = 0.03;
+};
+
+struct TraceSpan {
+  std::string name;
+  int track = 0;  // 0: host, 1: compute stream
+  Time start, end;
+};
+
+struct StepResult {
+  bool fits = false;
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double model_flops_per_step = 0;
+  double model_tflops_per_gpu = 0;
+  double mfu = 0;
+  double peak_bytes = 0;
+  double required_bytes = 0;  // peak plus context and fragmentation reserves
+  double capacity_bytes = 0;
+  std::array<double, kMemCategoryCount> peak_breakdown{};
+  double compute_s = 0, recompute_s = 0, optimizer_s = 0, host_stall_s = 0;
+  double params_total = 0, params_trainable = 0;
+  std::int64_t micro_batches = 1;
+  std::uint64_t kernels = 0;
+  std::uint64_t events = 0;
+  std::vector<TraceSpan> trace;
+  std::vector<std::pair<Time, double>> memory_timeline;
+};
+
+StepResult simulate_single_gpu_step(const StepConfig& config);
+
+}  // namespace scaleout

@@ -1,0 +1,83 @@
+#include "tools/cli/commands.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "tools/io/report.hpp"
+#include "tools/io/scenario.hpp"
+
+namespace scaleout {
+namespace {
+
+int g_exit = 0;
+
+struct RunOptions {
+  std::string scenario;
+  std::vector<std::string> sets;
+  std::string format = "text";
+  std::string trace;
+};
+
+void run_command(const RunOptions& o) {
+  const Scenario s = load_scenario(o.scenario, o.sets);
+  if (s.gpus() > 1)
+    throw InputError(o.scenario, "/cluster",
+                     "this build simulates one GPU; parallel plans over " + std::to_string(s.gpus()) +
+                         " GPUs are not implemented yet");
+  StepConfig cfg;
+  cfg.model = s.model;
+  cfg.training = s.training;
+  cfg.gpu = s.gpu;
+  cfg.profile = s.profile;
+  cfg.keep_trace = !o.trace.empty();
+  const StepResult r = simulate_single_gpu_step(cfg);
+  if (!o.trace.empty()) write_trace(o.trace, r);
+  if (o.format == "json") std::cout << result_json(s, r).dump(2) << "\n";
+  else write_text_report(std::cout, s, r);
+}
+
+void list_command(const std::string& what) {
+  if (what == "models") {
+    std::printf("%-16s %-5s %6s %6s %5s %4s %7s %7s %9s\n", "name", "arch", "layers", "hidden", "heads", "kv", "ffn",
+                "vocab", "params");
+    for (const auto& n : zoo_names("models")) {
+      const TransformerSpec m = load_model(n);
+      std::printf("%-16s %-5s %6lld %6lld %5lld %4lld %7lld %7lld %8.2fB\n", n.c_str(),
+                  m.arch == Arch::gpt ? "gpt" : "llama", (long long)m.layers, (long long)m.hidden, (long long)m.heads,
+                  (long long)m.kv_heads, (long long)m.ffn, (long long)m.vocab, count_params(m).total() / 1e9);
+    }
+  } else {
+    std::printf("%-10s %-28s %10s %10s %5s %12s  %s\n", "name", "description", "memory", "HBM", "SMs", "bf16 dense",
+                "profile");
+    for (const auto& n : zoo_names("gpus")) {
+      const GpuSpec g = load_gpu(n);
+      const ComputeProfile p = default_profile_for(g);
+      std::printf("%-10s %-28s %7.1f GB %6.2f TB/s %5d %7.0f TFLOPS  %s\n", n.c_str(), g.description.substr(0, 28).c_str(),
+                  g.memory.value / 1e9, g.hbm_bandwidth.value / 1e12, g.sms, g.peak(Dtype::bf16).value / 1e12,
+                  p.measured_on == "datasheet" ? "datasheet" : p.name.c_str());
+    }
+  }
+}
+
+}  // namespace
+
+int command_exit_code() { return g_exit; }
+
+void register_commands(CLI::App& app) {
+  auto run_opts = std::make_shared<RunOptions>();
+  CLI::App* run = app.add_subcommand("run", "Simulate one training step of a scenario");
+  run->add_option("scenario", run_opts->scenario, "Scenario file (JSON)")->required();
+  run->add_option("--set", run_opts->sets, "Override a field: PATH=VALUE, e.g. training.micro_batch=4");
+  run->add_option("--format", run_opts->format, "Output format")->check(CLI::IsMember({"text", "json"}));
+  run->add_option("--trace", run_opts->trace, "Write a Chrome/Perfetto trace of the step to this file");
+  run->callback([run_opts] { run_command(*run_opts); });
+
+  auto what = std::make_shared<std::string>();
+  CLI::App* list = app.add_subcommand("list", "List the shipped models or GPUs");
+  list->add_option("what", *what, "models or gpus")->required()->check(CLI::IsMember({"models", "gpus"}));
+  list->callback([what] { list_command(*what); });
+}
+
+}  // namespace scaleout

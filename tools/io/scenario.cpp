@@ -1,0 +1,371 @@
+#include "tools/io/scenario.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+#ifndef SCALEOUT_SOURCE_DIR
+#define SCALEOUT_SOURCE_DIR "."
+#endif
+
+namespace scaleout {
+namespace fs = std::filesystem;
+
+namespace {
+constexpr std::int64_t kMaxDim = std::int64_t(1) << 32;
+constexpr std::int64_t kMaxGpus = std::int64_t(1) << 24;
+
+const char* kind_folder(const std::string& kind) { return kind == "models" ? "models/zoo" : "hardware/gpus"; }
+
+std::string zoo_file(const std::string& kind, const std::string& name, const std::string& file, const std::string& path) {
+  const bool safe = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
+  }) && name.find("..") == std::string::npos;
+  const fs::path p = fs::path(data_dir()) / kind_folder(kind) / (name + ".json");
+  if (!safe || !fs::exists(p)) {
+    std::string known;
+    for (const auto& n : zoo_names(kind)) known += (known.empty() ? "" : ", ") + n;
+    throw InputError(file, path, "unknown " + std::string(kind == "models" ? "model" : "GPU") + " \"" + name +
+                                     "\" (known: " + known + ")");
+  }
+  return p.string();
+}
+
+}  // namespace
+
+std::string data_dir() {
+  if (const char* d = std::getenv("SCALEOUT_DATA"); d && *d) return d;
+  return SCALEOUT_SOURCE_DIR;
+}
+
+std::vector<std::string> zoo_names(const std::string& kind) {
+  std::vector<std::string> out;
+  const fs::path dir = fs::path(data_dir()) / kind_folder(kind);
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".json") out.push_back(e.path().stem().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+void read_model_fields(JsonReader& r, TransformerSpec& m, bool require_all) {
+  auto int_field = [&](const char* key, std::int64_t& dst, std::int64_t min) {
+    if (require_all || r.has(key)) dst = r.integer(key, min, kMaxDim);
+    else r.ignore(key);
+  };
+  if (require_all || r.has("arch")) m.arch = r.choice("arch", {"gpt", "llama"}) == "gpt" ? Arch::gpt : Arch::llama;
+  int_field("layers", m.layers, 1);
+  int_field("hidden", m.hidden, 1);
+  int_field("heads", m.heads, 1);
+  if (r.has("kv_heads")) m.kv_heads = r.integer("kv_heads", 1, kMaxDim);
+  else r.ignore("kv_heads");
+  if (r.has("head_dim")) m.head_dim = r.integer("head_dim", 1, kMaxDim);
+  else r.ignore("head_dim");
+  int_field("ffn", m.ffn, 1);
+  int_field("vocab", m.vocab, 1);
+  if (r.has("tied_embeddings")) m.tied_embeddings = r.boolean("tied_embeddings");
+  else if (require_all) m.tied_embeddings = r.boolean("tied_embeddings");
+  else r.ignore("tied_embeddings");
+  if (r.has("max_positions")) m.max_positions = r.integer("max_positions", 1, kMaxDim);
+  else r.ignore("max_positions");
+  if (r.has("experts")) m.experts = r.integer("experts", 1, 4096);
+  else r.ignore("experts");
+  if (r.has("top_k")) m.top_k = r.integer("top_k", 1, 4096);
+  else r.ignore("top_k");
+  if (r.has("reported_params")) m.reported_params = r.number("reported_params", 0);
+  else r.ignore("reported_params");
+  if (r.has("name")) m.name = r.string("name");
+  else r.ignore("name");
+  if (r.has("description")) m.description = r.string("description");
+  else r.ignore("description");
+  if (r.has("sources")) m.sources = r.strings_or("sources");
+  else r.ignore("sources");
+  if (r.has("notes")) m.notes = r.string("notes");
+  else r.ignore("notes");
+}
+
+void check_model(const TransformerSpec& m, const JsonReader& r) {
+  if (m.kv_heads == 0) const_cast<TransformerSpec&>(m).kv_heads = m.heads;
+  if (m.head_dim == 0 && m.hidden % m.heads != 0)
+    r.fail("heads", std::to_string(m.heads) + " does not divide hidden=" + std::to_string(m.hidden) +
+                        " (give head_dim to decouple them)");
+  if (m.heads % m.kv_heads != 0)
+    r.fail("kv_heads", std::to_string(m.kv_heads) + " does not divide heads=" + std::to_string(m.heads));
+  if (m.top_k > m.experts) r.fail("top_k", std::to_string(m.top_k) + " exceeds experts=" + std::to_string(m.experts));
+}
+
+}  // namespace
+
+TransformerSpec parse_model(const Json& j, const std::string& file, const std::string& path) {
+  TransformerSpec m;
+  if (j.is_string()) return load_model(j.get<std::string>());
+  JsonReader r(j, file, path);
+  if (r.has("base")) {
+    const std::string base = r.string("base");
+    {
+      const std::string f = zoo_file("models", base, file, path + "/base");
+      const Json bj = load_json_file(f);
+      m = parse_model(bj, f, "");
+    }
+    read_model_fields(r, m, false);
+  } else {
+    read_model_fields(r, m, true);
+  }
+  r.finish();
+  if (m.kv_heads == 0) m.kv_heads = m.heads;
+  check_model(m, r);
+  return m;
+}
+
+TransformerSpec load_model(const std::string& name) {
+  const std::string f = zoo_file("models", name, "scaleout", "model");
+  return parse_model(load_json_file(f), f, "");
+}
+
+GpuSpec parse_gpu(const Json& j, const std::string& file, const std::string& path) {
+  JsonReader r(j, file, path);
+  GpuSpec g;
+  g.name = r.string("name");
+  g.description = r.string_or("description", "");
+  g.memory = Bytes{r.quantity("memory", QuantityKind::bytes)};
+  g.hbm_bandwidth = BytesPerSecond{r.quantity("hbm_bandwidth", QuantityKind::bandwidth)};
+  g.sms = static_cast<int>(r.integer("sms", 1, 1 << 20));
+  g.l2_cache = Bytes{r.quantity_or("l2_cache", QuantityKind::bytes, 0)};
+  g.boost_clock = Hertz{r.quantity_or("boost_clock", QuantityKind::frequency, 0)};
+  JsonReader peaks = r.object("peak_dense");
+  for (std::size_t i = 0; i < kDtypeCount; ++i) {
+    const std::string key(kDtypeNames[i]);
+    g.peak_dense[i] = FlopsPerSecond{peaks.quantity_or(key, QuantityKind::flops, 0)};
+  }
+  peaks.finish();
+  if (g.peak(Dtype::bf16).value <= 0 && g.peak(Dtype::fp16).value <= 0)
+    r.fail("peak_dense", "needs at least a bf16 or fp16 rate");
+  if (g.memory.value <= 0) r.fail("memory", "must be positive");
+  if (g.hbm_bandwidth.value <= 0) r.fail("hbm_bandwidth", "must be positive");
+  g.nvlink_bandwidth = BytesPerSecond{r.quantity_or("nvlink_bandwidth", QuantityKind::bandwidth, 0)};
+  g.pcie = r.string_or("pcie", "");
+  g.pcie_bandwidth = BytesPerSecond{r.quantity_or("pcie_bandwidth", QuantityKind::bandwidth, 32e9)};
+  g.tdp_watts = r.quantity_or("tdp", QuantityKind::power, 0);
+  g.default_node = r.choice_or("default_node", {"nvswitch", "nvlink-bridge-pairs", "pcie", "infinity-fabric"}, "pcie");
+  g.gpus_per_node = static_cast<int>(r.integer_or("gpus_per_node", 8, 1, 1024));
+  g.sources = r.strings_or("sources");
+  g.notes = r.string_or("notes", "");
+  r.finish();
+  return g;
+}
+
+GpuSpec load_gpu(const std::string& name) {
+  const std::string f = zoo_file("gpus", name, "scaleout", "gpu");
+  return parse_gpu(load_json_file(f), f, "");
+}
+
+ComputeProfile parse_profile(const Json& j, const std::string& file, const std::string& path, const GpuSpec& gpu) {
+  ComputeProfile p = default_profile(gpu);
+  JsonReader r(j, file, path);
+  p.name = r.string("name");
+  p.measured_on = r.string("measured_on");
+  p.source = r.string_or("source", "");
+  r.ignore("gpu");
+  r.ignore("fit");
+  if (r.has("gemm_efficiency")) {
+    JsonReader e = r.object("gemm_efficiency");
+    for (std::size_t i = 0; i < kDtypeCount; ++i)
+      p.gemm_efficiency[i] = e.number_or(std::string(kDtypeNames[i]), p.gemm_efficiency[i], 0.0, 1.0);
+    e.finish();
+  }
+  p.gemm_k_half = r.number_or("gemm_k_half", p.gemm_k_half, 0, 1e6);
+  if (r.has("tiles")) {
+    const Json& t = r.raw("tiles");
+    if (!t.is_array() || t.empty()) r.fail("tiles", "expected a non-empty array of {m, n, efficiency}");
+    p.tiles.clear();
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      JsonReader tr(t[i], file, r.path("tiles") + "/" + std::to_string(i));
+      GemmTile tile;
+      tile.m = static_cast<int>(tr.integer("m", 1, 4096));
+      tile.n = static_cast<int>(tr.integer("n", 1, 4096));
+      tile.efficiency = tr.number("efficiency", 1e-3, 1.0);
+      tr.finish();
+      p.tiles.push_back(tile);
+    }
+  }
+  p.memory_efficiency = r.number_or("memory_efficiency", p.memory_efficiency, 1e-3, 1.0);
+  p.kernel_latency = Time::from_seconds(r.quantity_or("kernel_latency", QuantityKind::time_s, p.kernel_latency.seconds()));
+  p.attention_fwd_efficiency = r.number_or("attention_fwd_efficiency", p.attention_fwd_efficiency, 1e-3, 1.0);
+  p.attention_bwd_efficiency = r.number_or("attention_bwd_efficiency", p.attention_bwd_efficiency, 1e-3, 1.0);
+  p.attention_seq_half = r.number_or("attention_seq_half", p.attention_seq_half, 0, 1e7);
+  p.host_fwd_kernel = Time::from_seconds(r.quantity_or("host_fwd_kernel", QuantityKind::time_s, p.host_fwd_kernel.seconds()));
+  p.host_bwd_kernel = Time::from_seconds(r.quantity_or("host_bwd_kernel", QuantityKind::time_s, p.host_bwd_kernel.seconds()));
+  p.host_opt_kernel = Time::from_seconds(r.quantity_or("host_opt_kernel", QuantityKind::time_s, p.host_opt_kernel.seconds()));
+  r.finish();
+  return p;
+}
+
+ComputeProfile default_profile_for(const GpuSpec& gpu) {
+  const fs::path p = fs::path(data_dir()) / "hardware/profiles" / (gpu.name + ".json");
+  if (fs::exists(p)) return parse_profile(load_json_file(p.string()), p.string(), "", gpu);
+  return default_profile(gpu);
+}
+
+void apply_override(Json& scenario, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw InputError("--set " + assignment + ": expected PATH=VALUE, e.g. training.micro_batch=4");
+  std::string path = assignment.substr(0, eq);
+  const std::string value = assignment.substr(eq + 1);
+  if (path.front() == '/') path = path.substr(1);
+  std::replace(path.begin(), path.end(), '/', '.');
+  Json* node = &scenario;
+  std::size_t start = 0;
+  while (true) {
+    const auto dot = path.find('.', start);
+    const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (key.empty()) throw InputError("--set " + assignment + ": empty path component");
+    if (!node->is_object()) throw InputError("--set " + assignment + ": \"" + key + "\" is not inside an object");
+    if (dot == std::string::npos) {
+      Json v = Json::parse(value, nullptr, false);
+      (*node)[key] = v.is_discarded() ? Json(value) : v;
+      return;
+    }
+    if (!node->contains(key)) (*node)[key] = Json::object();
+    // A zoo name ("model": "llama-2-7b") becomes {"base": name} so its fields can be overridden.
+    if ((*node)[key].is_string()) (*node)[key] = Json{{"base", (*node)[key].get<std::string>()}};
+    node = &(*node)[key];
+    start = dot + 1;
+  }
+}
+
+namespace {
+
+TrainingSpec parse_training(JsonReader r) {
+  TrainingSpec t;
+  t.seq_len = r.integer("seq_len", 1, 1 << 24);
+  t.micro_batch = r.integer_or("micro_batch", 1, 1, 1 << 20);
+  t.global_batch = r.integer_or("global_batch", t.micro_batch, 1, std::int64_t(1) << 32);
+  const std::string prec = r.choice_or("precision", {"bf16-mixed", "fp16-mixed", "bf16", "megatron-bf16",
+                                                     "megatron-fp16", "fp8-mixed"}, "bf16-mixed");
+  t.precision = *precision_recipe(prec);
+  const std::string opt = r.choice_or("optimizer", {"adamw", "sgd", "adafactor", "adamw-8bit"}, "adamw");
+  t.optimizer = opt == "adamw" ? Optimizer::adamw : opt == "sgd" ? Optimizer::sgd
+              : opt == "adafactor" ? Optimizer::adafactor : Optimizer::adamw_8bit;
+  t.optimizer_impl = r.choice_or("optimizer_impl", {"foreach", "fused"}, "foreach") == "fused" ? OptimizerImpl::fused
+                                                                                                : OptimizerImpl::foreach_;
+  const std::string rc = r.choice_or("recompute", {"none", "selective", "full"}, "none");
+  t.recompute = rc == "none" ? Recompute::none : rc == "selective" ? Recompute::selective : Recompute::full;
+  t.attention = r.choice_or("attention", {"flash", "naive"}, "flash") == "flash" ? AttentionImpl::flash
+                                                                                 : AttentionImpl::naive;
+  t.dropout = r.number_or("dropout", 0.0, 0.0, 0.99);
+  if (r.has("lora")) {
+    JsonReader l = r.object("lora");
+    LoraSpec lora;
+    lora.rank = l.integer_or("rank", 16, 1, 1 << 16);
+    lora.all_linear = l.choice_or("targets", {"all-linear", "attention"}, "all-linear") == "all-linear";
+    lora.nf4_base = l.choice_or("base", {"bf16", "nf4"}, "bf16") == "nf4";
+    l.finish();
+    t.lora = lora;
+  } else {
+    r.ignore("lora");
+  }
+  if (t.global_batch % t.micro_batch != 0)
+    r.fail("global_batch", std::to_string(t.global_batch) + " is not a multiple of micro_batch=" +
+                               std::to_string(t.micro_batch));
+  r.finish();
+  return t;
+}
+
+Parallelism parse_parallelism(JsonReader r) {
+  Parallelism p;
+  p.dp = r.integer_or("dp", 1, 1, kMaxGpus);
+  p.tp = r.integer_or("tp", 1, 1, kMaxGpus);
+  p.pp = r.integer_or("pp", 1, 1, kMaxGpus);
+  p.cp = r.integer_or("cp", 1, 1, kMaxGpus);
+  p.ep = r.integer_or("ep", 1, 1, kMaxGpus);
+  p.sequence_parallel = r.boolean_or("sequence_parallel", false);
+  p.pp_schedule = r.choice_or("pp_schedule", {"1f1b", "gpipe", "interleaved"}, "1f1b");
+  p.virtual_stages = r.integer_or("virtual_stages", 1, 1, 1024);
+  p.zero = r.integer_or("zero", 0, 0, 3);
+  p.fsdp = r.choice_or("fsdp", {"", "full_shard", "shard_grad_op", "hybrid_shard", "no_shard"}, "");
+  if (p.zero > 0 && !p.fsdp.empty()) r.fail("fsdp", "give either zero or fsdp, not both");
+  r.finish();
+  return p;
+}
+
+}  // namespace
+
+Scenario parse_scenario(const Json& j, const std::string& file) {
+  JsonReader r(j, file, "");
+  Scenario s;
+  s.file = file;
+  s.name = r.string_or("name", std::filesystem::path(file).stem().string());
+  s.description = r.string_or("description", "");
+  s.model = parse_model(r.raw("model"), file, "/model");
+
+  JsonReader c = r.object("cluster");
+  const std::string gpu_name = c.string("gpu");
+  if (c.has("gpu_spec")) {
+    s.gpu = parse_gpu(c.raw("gpu_spec"), file, "/cluster/gpu_spec");
+  } else {
+    c.ignore("gpu_spec");
+    const std::string f = zoo_file("gpus", gpu_name, file, "/cluster/gpu");
+    s.gpu = parse_gpu(load_json_file(f), f, "");
+  }
+  s.nodes = c.integer_or("nodes", 1, 1, kMaxGpus);
+  s.gpus_per_node = c.integer_or("gpus_per_node", 1, 1, 1024);
+  if (c.has("memory")) s.gpu.memory = Bytes{c.quantity("memory", QuantityKind::bytes)};
+  else c.ignore("memory");
+  const std::string prof = c.string_or("profile", "auto");
+  if (prof == "auto") s.profile = default_profile_for(s.gpu);
+  else if (prof == "datasheet") s.profile = default_profile(s.gpu);
+  else {
+    const auto p = (std::filesystem::path(file).parent_path() / prof).string();
+    if (!std::filesystem::exists(p)) c.fail("profile", "expected \"auto\", \"datasheet\" or a profile file; \"" + p + "\" does not exist");
+    s.profile = parse_profile(load_json_file(p), p, "", s.gpu);
+  }
+  c.finish();
+  if (s.nodes * s.gpus_per_node > kMaxGpus) r.fail("cluster", "more than 2^24 GPUs");
+
+  s.training = parse_training(r.object("training"));
+  if (r.has("parallelism")) s.parallelism = parse_parallelism(r.object("parallelism"));
+  else r.ignore("parallelism");
+  const Parallelism& p = s.parallelism;
+  const std::int64_t prod = p.dp * p.tp * p.pp * p.cp;
+  if (prod != s.gpus())
+    r.fail("parallelism", "dp*tp*pp*cp = " + std::to_string(prod) + " but the cluster has " +
+                              std::to_string(s.gpus()) + " GPUs (nodes*gpus_per_node)");
+  if (s.model.heads % p.tp != 0)
+    r.fail("parallelism/tp", std::to_string(p.tp) + " does not divide heads=" + std::to_string(s.model.heads));
+  if (p.dp % p.ep != 0) r.fail("parallelism/ep", std::to_string(p.ep) + " does not divide dp=" + std::to_string(p.dp));
+  if (s.model.layers % (p.pp * p.virtual_stages) != 0 && p.pp > 1)
+    r.fail("parallelism/pp", "pp*virtual_stages = " + std::to_string(p.pp * p.virtual_stages) +
+                                 " does not divide layers=" + std::to_string(s.model.layers));
+  if (s.training.global_batch % (s.training.micro_batch * p.dp) != 0)
+    r.fail("training/global_batch", std::to_string(s.training.global_batch) + " is not a multiple of micro_batch*dp=" +
+                                        std::to_string(s.training.micro_batch * p.dp));
+  if (s.training.seq_len > (std::int64_t(1) << 22) && s.training.attention == AttentionImpl::naive)
+    r.fail("training/seq_len", "naive attention at this length is out of any GPU's reach; use flash");
+
+  if (r.has("claim")) {
+    JsonReader cl = r.object("claim");
+    Claim claim;
+    claim.source = cl.string("source");
+    claim.quote = cl.string("quote");
+    if (cl.has("fits")) claim.fits = cl.boolean("fits");
+    else cl.ignore("fits");
+    claim.figure = cl.string_or("figure", "");
+    cl.finish();
+    s.claim = claim;
+  } else {
+    r.ignore("claim");
+  }
+  r.finish();
+  return s;
+}
+
+Scenario load_scenario(const std::string& file, const std::vector<std::string>& overrides) {
+  Json j = load_json_file(file);
+  for (const auto& o : overrides) apply_override(j, o);
+  return parse_scenario(j, file);
+}
+
+}  // namespace scaleout

@@ -1,0 +1,67 @@
+#pragma once
+// The boundary: scenario files and the shipped zoo (models/zoo, hardware/gpus, hardware/profiles)
+// parsed into plain specs. Nothing below this layer reads JSON.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hardware/compute_profile.hpp"
+#include "hardware/gpu.hpp"
+#include "models/training.hpp"
+#include "models/transformer.hpp"
+#include "tools/io/json_reader.hpp"
+
+namespace scaleout {
+
+struct Parallelism {
+  std::int64_t dp = 1, tp = 1, pp = 1, cp = 1, ep = 1;
+  bool sequence_parallel = false;
+  std::string pp_schedule = "1f1b";
+  std::int64_t virtual_stages = 1;
+  std::int64_t zero = 0;
+  std::string fsdp;  // empty: none
+};
+
+// What the seed article (or a paper) claims about the scenario, kept beside the prediction.
+struct Claim {
+  std::string source;
+  std::string quote;
+  std::optional<bool> fits;
+  std::string figure;
+};
+
+struct Scenario {
+  std::string file;
+  std::string name;
+  std::string description;
+  TransformerSpec model;
+  TrainingSpec training;
+  GpuSpec gpu;
+  ComputeProfile profile;
+  std::int64_t nodes = 1;
+  std::int64_t gpus_per_node = 1;
+  Parallelism parallelism;
+  std::optional<Claim> claim;
+  std::int64_t gpus() const { return nodes * gpus_per_node; }
+};
+
+// Where the zoo lives: $SCALEOUT_DATA if set, else the source tree this binary was built from.
+std::string data_dir();
+std::vector<std::string> zoo_names(const std::string& kind);  // "models" or "gpus"
+
+TransformerSpec load_model(const std::string& name);
+GpuSpec load_gpu(const std::string& name);
+TransformerSpec parse_model(const Json& j, const std::string& file, const std::string& path);
+GpuSpec parse_gpu(const Json& j, const std::string& file, const std::string& path);
+ComputeProfile parse_profile(const Json& j, const std::string& file, const std::string& path, const GpuSpec& gpu);
+// The profile the simulator uses for a GPU: hardware/profiles/<gpu>.json when one was calibrated,
+// else the physics-based default.
+ComputeProfile default_profile_for(const GpuSpec& gpu);
+
+// Applies "--set a.b.c=VALUE" (VALUE as JSON when it parses, else as a string).
+void apply_override(Json& scenario, const std::string& assignment);
+
+Scenario parse_scenario(const Json& j, const std::string& file);
+Scenario load_scenario(const std::string& file, const std::vector<std::string>& overrides = {});
+
+}  // namespace scaleout
