@@ -1,0 +1,494 @@
+// GEMM phase: cuBLASLt matrix products over a transformer-shaped grid.
+//
+// Semantics are row-major: C[m,n] = A[m,k] * B[k,n] ("nn"), or with the second
+// operand stored transposed as W[n,k] ("nt", the nn.Linear weight layout; FP8
+// needs it). cuBLASLt is column-major, and a row-major X[r,c] is the column-major
+// X^T[c,r], so we ask cuBLASLt for C^T[n,m] = B^T[n,k] * A^T[k,m]:
+//   cuBLAS M=n, N=m, K=k;  cuBLAS A := our B, cuBLAS B := our A, cuBLAS D := our C.
+//   nn: cuBLAS A is column-major n x k (ld n), op N; our A is k x m (ld k), op N.
+//   nt: cuBLAS A is column-major k x n (ld k), op T ("TN", required by FP8).
+//   D is column-major n x m with ld n, i.e. row-major [m, n].
+#include <cublasLt.h>
+#include <cublas_api.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <tuple>
+
+#include "phases.h"
+
+namespace harness {
+namespace {
+
+constexpr size_t kWorkspaceBytes = 32ull << 20;  // 32 MiB, as frameworks configure it
+
+struct GemmCase {
+  DType type;   // input type (output: bf16 for bf16/fp8, fp16 for fp16, fp32 for tf32)
+  bool nt;      // second operand stored as [n,k]
+  int64_t m, n, k;
+  std::string tag;
+};
+
+const char* gemm_dtype_name(DType t) {
+  switch (t) {
+    case DType::BF16: return "bf16";
+    case DType::FP16: return "fp16";
+    case DType::FP32: return "tf32";
+    case DType::FP8_E4M3: return "fp8";
+  }
+  return "?";
+}
+
+DType output_type(DType in) {
+  switch (in) {
+    case DType::FP16: return DType::FP16;
+    case DType::FP32: return DType::FP32;
+    default: return DType::BF16;  // bf16 -> bf16, fp8 -> bf16 output
+  }
+}
+
+int64_t swiglu_ffn(int64_t h) {
+  int64_t f = 8 * h / 3;
+  return (f + 255) / 256 * 256;
+}
+
+void add_layer(std::vector<GemmCase>& v, DType t, bool nt, int64_t h, int64_t tok) {
+  v.push_back({t, nt, tok, 3 * h, h, "qkv"});
+  v.push_back({t, nt, tok, h, h, "attn_out"});
+  v.push_back({t, nt, tok, 4 * h, h, "mlp_up"});
+  v.push_back({t, nt, tok, h, 4 * h, "mlp_down"});
+  v.push_back({t, nt, tok, 2 * swiglu_ffn(h), h, "swiglu_up"});
+}
+
+// The plan, in priority order: if the budget runs short the tail is skipped.
+std::vector<GemmCase> build_plan(bool quick) {
+  std::vector<GemmCase> bf16, others;
+  const DType B = DType::BF16;
+  const std::vector<int64_t> hs = {768, 1024, 2048, 2560, 4096, 5120, 8192};
+  const std::vector<int64_t> ts = {512, 2048, 4096, 8192, 16384};
+  const std::vector<int64_t> squares = {256, 512, 1024, 2048, 4096, 8192, 16384};
+  if (quick) {
+    for (int64_t s : {1024, 4096, 8192}) bf16.push_back({B, false, s, s, s, "square"});
+    add_layer(bf16, B, false, 4096, 4096);
+    bf16.push_back({B, false, 1, 4096, 4096, "skinny"});
+    bf16.push_back({B, false, 1000, 3000, 777, "odd"});
+    bf16.push_back({B, true, 4096, 4096, 4096, "square"});
+    for (DType t : {DType::FP8_E4M3, DType::FP16, DType::FP32}) {
+      const bool nt = t == DType::FP8_E4M3;
+      others.push_back({t, nt, 4096, 4096, 4096, "square"});
+      others.push_back({t, nt, 8192, 8192, 8192, "square"});
+      others.push_back({t, nt, 4096, 3 * 4096, 4096, "qkv"});
+    }
+  } else {
+    // bf16 on the full grid.
+    for (int64_t s : squares) bf16.push_back({B, false, s, s, s, "square"});
+    for (int64_t h : hs)
+      for (int64_t t : ts) add_layer(bf16, B, false, h, t);
+    // LM heads (GPT-2 vocabulary and Llama-3 vocabulary).
+    for (int64_t t : {4096, 16384}) {
+      for (int64_t h : {768, 2048, 4096}) bf16.push_back({B, false, t, 50257, h, "lm_head"});
+      for (int64_t h : {4096, 8192}) bf16.push_back({B, false, t, 128256, h, "lm_head"});
+    }
+    // Backward-shaped products. dgrad of a layer (t, n, h) is (t, h, n); most are
+    // already in the forward grid (mlp_down is mlp_up's dgrad and vice versa), the
+    // QKV one is not. wgrad is (in, out, t): k = tokens.
+    for (int64_t h : {1024, 4096, 8192}) {
+      for (int64_t t : {4096, 16384}) {
+        bf16.push_back({B, false, t, h, 3 * h, "dgrad_qkv"});
+        bf16.push_back({B, false, h, 3 * h, t, "wgrad_qkv"});
+        bf16.push_back({B, false, h, h, t, "wgrad_attn_out"});
+        bf16.push_back({B, false, h, 4 * h, t, "wgrad_mlp_up"});
+        bf16.push_back({B, false, 4 * h, h, t, "wgrad_mlp_down"});
+      }
+    }
+    // Skinny (decode-like) products.
+    for (int64_t m : {1, 8, 64, 128}) {
+      bf16.push_back({B, false, m, 4096, 4096, "skinny"});
+      bf16.push_back({B, false, m, 12288, 4096, "skinny"});
+      bf16.push_back({B, false, m, 4096, 16384, "skinny"});
+      bf16.push_back({B, false, m, 8192, 8192, "skinny"});
+      bf16.push_back({B, false, m, 128256, 4096, "skinny"});
+    }
+    // Sizes that are not multiples of 8 or 64 (padding / slow-path behaviour).
+    const int64_t odd[][3] = {{1000, 3000, 777}, {777, 1000, 3000}, {2047, 2047, 2047}, {4095, 4097, 4093},
+                              {8191, 8193, 1023}, {1023, 50257, 1025}, {3001, 3001, 3001}, {127, 4099, 4096}};
+    for (const auto& o : odd) bf16.push_back({B, false, o[0], o[1], o[2], "odd"});
+    // Layout comparison: the same products with the weight stored [n,k].
+    for (int64_t s : {1024, 4096, 16384}) bf16.push_back({B, true, s, s, s, "square"});
+    add_layer(bf16, B, true, 4096, 8192);
+
+    // fp8 / fp16 / tf32 on a subset of ~40 shapes.
+    for (DType t : {DType::FP8_E4M3, DType::FP16, DType::FP32}) {
+      const bool nt = t == DType::FP8_E4M3;  // cuBLASLt FP8 on Hopper supports only "TN"
+      for (int64_t s : {1024, 2048, 4096, 8192, 16384}) others.push_back({t, nt, s, s, s, "square"});
+      for (int64_t h : {2048, 4096, 8192})
+        for (int64_t tok : {4096, 16384}) add_layer(others, t, nt, h, tok);
+      others.push_back({t, nt, 1, 4096, 4096, "skinny"});
+      others.push_back({t, nt, 64, 4096, 4096, "skinny"});
+      others.push_back({t, nt, 4096, 16384, 16384, "wgrad_mlp_up"});
+      others.push_back({t, nt, 4096, 50257, 4096, "lm_head"});
+      others.push_back({t, nt, 1000, 3000, 777, "odd"});
+    }
+  }
+  // Drop exact duplicates (a wgrad shape can coincide with a forward one).
+  std::vector<GemmCase> plan;
+  std::set<std::tuple<int, bool, int64_t, int64_t, int64_t>> seen;
+  for (auto* list : {&bf16, &others})
+    for (const auto& c : *list)
+      if (seen.insert({static_cast<int>(c.type), c.nt, c.m, c.n, c.k}).second) plan.push_back(c);
+  return plan;
+}
+
+// Rough H200 rates, for budget checks and --list only.
+double predict_op_s(const GemmCase& c) {
+  double rate = 700e12;
+  if (c.type == DType::FP8_E4M3) rate = 1200e12;
+  if (c.type == DType::FP32) rate = 350e12;
+  const double flops = 2.0 * c.m * c.n * c.k;
+  const double bytes = (double)dtype_size(c.type) * (c.m * c.k + c.k * c.n) + (double)dtype_size(output_type(c.type)) * c.m * c.n;
+  return std::max(flops / rate, bytes / 3.5e12) + 5e-6;
+}
+
+TimingOptions gemm_timing(bool quick) {
+  TimingOptions o;
+  o.warmup = 2;
+  o.min_reps = quick ? 5 : 10;
+  o.max_reps = quick ? 10 : 30;
+  o.target_total_s = quick ? 0.03 : 0.08;
+  o.max_measure_s = quick ? 0.3 : 0.6;
+  o.target_rep_s = 0.5e-3;
+  return o;
+}
+
+#define LT_TRY(expr)                                                                         \
+  do {                                                                                       \
+    cublasStatus_t lt_s_ = (expr);                                                           \
+    if (lt_s_ != CUBLAS_STATUS_SUCCESS) return std::string(#expr) + ": " + cublasGetStatusName(lt_s_); \
+  } while (0)
+
+struct LtDescs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  cublasLtMatmulHeuristicResult_t heur{};
+  ~LtDescs() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::FP16: return CUDA_R_16F;
+    case DType::FP32: return CUDA_R_32F;
+    case DType::FP8_E4M3: return CUDA_R_8F_E4M3;
+  }
+  return CUDA_R_32F;
+}
+
+// Builds the descriptors of one case and asks the heuristic for the best algorithm.
+std::string setup_case(cublasLtHandle_t lt, const GemmCase& c, const float* d_one, LtDescs& d) {
+  const cudaDataType_t in_t = cuda_type(c.type);
+  const cudaDataType_t out_t = cuda_type(output_type(c.type));
+  const cublasComputeType_t comp = c.type == DType::FP32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  LT_TRY(cublasLtMatmulDescCreate(&d.op, comp, CUDA_R_32F));
+  const cublasOperation_t ta = c.nt ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = CUBLAS_OP_N;
+  LT_TRY(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  LT_TRY(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  if (c.type == DType::FP8_E4M3) {
+    // Per-tensor scales are mandatory pointers for FP8 inputs (value 1.0 here).
+    LT_TRY(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &d_one, sizeof d_one));
+    LT_TRY(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &d_one, sizeof d_one));
+    // Fast accumulation: what Transformer Engine uses for the forward GEMMs.
+    const int8_t fast = 1;
+    LT_TRY(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+  }
+  const uint64_t m = c.m, n = c.n, k = c.k;
+  if (c.nt)
+    LT_TRY(cublasLtMatrixLayoutCreate(&d.a, in_t, k, n, static_cast<int64_t>(k)));
+  else
+    LT_TRY(cublasLtMatrixLayoutCreate(&d.a, in_t, n, k, static_cast<int64_t>(n)));
+  LT_TRY(cublasLtMatrixLayoutCreate(&d.b, in_t, k, m, static_cast<int64_t>(k)));
+  LT_TRY(cublasLtMatrixLayoutCreate(&d.c, out_t, n, m, static_cast<int64_t>(n)));
+  LT_TRY(cublasLtMatrixLayoutCreate(&d.d, out_t, n, m, static_cast<int64_t>(n)));
+  LT_TRY(cublasLtMatmulPreferenceCreate(&d.pref));
+  const uint64_t ws = kWorkspaceBytes;
+  LT_TRY(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  int returned = 0;
+  LT_TRY(cublasLtMatmulAlgoGetHeuristic(lt, d.op, d.a, d.b, d.c, d.d, d.pref, 1, &d.heur, &returned));
+  if (returned == 0) return "cublasLtMatmulAlgoGetHeuristic: no algorithm for this case";
+  if (d.heur.state != CUBLAS_STATUS_SUCCESS) return std::string("heuristic state: ") + cublasGetStatusName(d.heur.state);
+  return "";
+}
+
+struct Arenas {
+  DeviceBuffer a, b, c, workspace, one;
+};
+
+struct CaseLayout {
+  size_t a_bytes, b_bytes, c_bytes, a_stride, b_stride, c_stride;
+  int sets;
+};
+
+CaseLayout layout_of(const GemmCase& c, size_t l2_bytes) {
+  CaseLayout l{};
+  l.a_bytes = dtype_size(c.type) * c.m * c.k;
+  l.b_bytes = dtype_size(c.type) * c.k * c.n;
+  l.c_bytes = dtype_size(output_type(c.type)) * c.m * c.n;
+  l.a_stride = align_up(l.a_bytes, 256);
+  l.b_stride = align_up(l.b_bytes, 256);
+  l.c_stride = align_up(l.c_bytes, 256);
+  l.sets = rotation_sets(l.a_bytes + l.b_bytes + l.c_bytes, l2_bytes);
+  return l;
+}
+
+// ---- correctness check against a naive fp32 product ------------------------
+
+template <typename T> __device__ __forceinline__ float to_f(T v) { return static_cast<float>(v); }
+template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> __device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_f<__nv_fp8_e4m3>(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
+
+template <typename T>
+__global__ void ref_gemm_kernel(const T* A, const T* Bm, bool nt, int m, int n, int k, float* C) {
+  const int i = blockIdx.y * blockDim.y + threadIdx.y;
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= m || j >= n) return;
+  float acc = 0.f;
+  for (int p = 0; p < k; ++p) {
+    const float b = nt ? to_f(Bm[(size_t)j * k + p]) : to_f(Bm[(size_t)p * n + j]);
+    acc += to_f(A[(size_t)i * k + p]) * b;
+  }
+  C[(size_t)i * n + j] = acc;
+}
+
+template <typename T>
+__global__ void to_float_kernel(const T* in, float* out, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) out[i] = to_f(in[i]);
+}
+
+std::string launch_ref(DType t, const void* A, const void* B, bool nt, int m, int n, int k, float* C, cudaStream_t s) {
+  dim3 block(16, 16), grid((n + 15) / 16, (m + 15) / 16);
+  switch (t) {
+    case DType::BF16: ref_gemm_kernel<<<grid, block, 0, s>>>((const __nv_bfloat16*)A, (const __nv_bfloat16*)B, nt, m, n, k, C); break;
+    case DType::FP16: ref_gemm_kernel<<<grid, block, 0, s>>>((const __half*)A, (const __half*)B, nt, m, n, k, C); break;
+    case DType::FP32: ref_gemm_kernel<<<grid, block, 0, s>>>((const float*)A, (const float*)B, nt, m, n, k, C); break;
+    case DType::FP8_E4M3: ref_gemm_kernel<<<grid, block, 0, s>>>((const __nv_fp8_e4m3*)A, (const __nv_fp8_e4m3*)B, nt, m, n, k, C); break;
+  }
+  return cuda_error(cudaGetLastError(), "ref_gemm_kernel");
+}
+
+std::string output_to_float(DType out, const void* D, float* F, size_t n, cudaStream_t s) {
+  switch (out) {
+    case DType::BF16: to_float_kernel<<<256, 256, 0, s>>>((const __nv_bfloat16*)D, F, n); break;
+    case DType::FP16: to_float_kernel<<<256, 256, 0, s>>>((const __half*)D, F, n); break;
+    case DType::FP32: to_float_kernel<<<256, 256, 0, s>>>((const float*)D, F, n); break;
+    default: return "unsupported output type";
+  }
+  return cuda_error(cudaGetLastError(), "to_float_kernel");
+}
+
+// Runs one small product through cuBLASLt with the same mapping as the timed
+// runs and compares it with the naive kernel: catches a wrong operand mapping
+// that would otherwise produce plausible timings of a different product.
+void check_case(PhaseContext& ctx, cublasLtHandle_t lt, const float* d_one, void* ws, DType type, bool nt) {
+  const GemmCase c{type, nt, 384, 256, 512, "check"};
+  JsonObject e;
+  e.str("kind", "gemm_check").str("dtype", gemm_dtype_name(type)).str("layout", nt ? "nt" : "nn");
+  e.integer("m", c.m).integer("n", c.n).integer("k", c.k);
+  auto run = [&]() -> std::string {
+    DeviceBuffer A, B, D, R, F;
+    const size_t es = dtype_size(type), os = dtype_size(output_type(type));
+    std::string err;
+    if (!(err = A.allocate(es * c.m * c.k)).empty()) return err;
+    if (!(err = B.allocate(es * c.k * c.n)).empty()) return err;
+    if (!(err = D.allocate(os * c.m * c.n)).empty()) return err;
+    if (!(err = R.allocate(4 * c.m * c.n)).empty()) return err;
+    if (!(err = F.allocate(4 * c.m * c.n)).empty()) return err;
+    if (!(err = fill_random(A.get(), c.m * c.k, type, 11, ctx.stream)).empty()) return err;
+    if (!(err = fill_random(B.get(), c.k * c.n, type, 12, ctx.stream)).empty()) return err;
+    LtDescs d;
+    if (!(err = setup_case(lt, c, d_one, d)).empty()) return err;
+    const float alpha = 1.f, beta = 0.f;
+    LT_TRY(cublasLtMatmul(lt, d.op, &alpha, B.get(), d.a, A.get(), d.b, &beta, D.get(), d.c, D.get(), d.d, &d.heur.algo, ws,
+                          kWorkspaceBytes, ctx.stream));
+    if (!(err = launch_ref(type, A.get(), B.get(), nt, c.m, c.n, c.k, R.as<float>(), ctx.stream)).empty()) return err;
+    if (!(err = output_to_float(output_type(type), D.get(), F.as<float>(), c.m * c.n, ctx.stream)).empty()) return err;
+    std::vector<float> got(c.m * c.n), ref(c.m * c.n);
+    HARNESS_TRY_CUDA(cudaMemcpyAsync(got.data(), F.get(), 4 * got.size(), cudaMemcpyDeviceToHost, ctx.stream));
+    HARNESS_TRY_CUDA(cudaMemcpyAsync(ref.data(), R.get(), 4 * ref.size(), cudaMemcpyDeviceToHost, ctx.stream));
+    HARNESS_TRY_CUDA(cudaStreamSynchronize(ctx.stream));
+    double num = 0, den = 0;
+    bool finite = true;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!std::isfinite(got[i])) finite = false;
+      num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+      den += double(ref[i]) * ref[i];
+    }
+    const double rel = den > 0 ? std::sqrt(num / den) : INFINITY;
+    e.num("rel_err", finite ? rel : NAN);
+    e.boolean("ok", finite && rel < 2e-2);
+    return "";
+  };
+  std::string err = run();
+  if (!err.empty()) e.boolean("ok", false).str("error", err);
+  ctx.emit(e);
+  logf("check %s %s: %s", gemm_dtype_name(type), nt ? "nt" : "nn", err.empty() ? "done" : err.c_str());
+}
+
+}  // namespace
+
+PlanSummary plan_gemm(bool quick) {
+  PlanSummary s;
+  const TimingOptions o = gemm_timing(quick);
+  for (const auto& c : build_plan(quick)) {
+    ++s.entries;
+    s.predicted_s += predict_time_op_s(predict_op_s(c), o) + 2e-3;
+  }
+  s.entries += 5;  // correctness checks
+  s.predicted_s += 2.0;  // handle creation, arena allocation and fills
+  return s;
+}
+
+void run_gemm_phase(PhaseContext& ctx) {
+  const std::vector<GemmCase> plan = build_plan(ctx.quick);
+  logf("%zu GEMM cases", plan.size());
+
+  cublasLtHandle_t lt = nullptr;
+  {
+    cublasStatus_t st = cublasLtCreate(&lt);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      JsonObject e;
+      e.str("kind", "gemm").str("error", std::string("cublasLtCreate: ") + cublasGetStatusName(st));
+      ctx.emit(e);
+      return;
+    }
+  }
+  struct LtGuard {
+    cublasLtHandle_t h;
+    ~LtGuard() { cublasLtDestroy(h); }
+  } guard{lt};
+
+  // Arenas sized for the largest case including its rotation sets.
+  size_t need_a = 0, need_b = 0, need_c = 0;
+  for (const auto& c : plan) {
+    const CaseLayout l = layout_of(c, ctx.dev.l2_bytes);
+    need_a = std::max(need_a, l.a_stride * l.sets);
+    need_b = std::max(need_b, l.b_stride * l.sets);
+    need_c = std::max(need_c, l.c_stride * l.sets);
+  }
+  Arenas ar;
+  std::string err;
+  if (err.empty()) err = ar.a.allocate(need_a);
+  if (err.empty()) err = ar.b.allocate(need_b);
+  if (err.empty()) err = ar.c.allocate(need_c);
+  if (err.empty()) err = ar.workspace.allocate(kWorkspaceBytes);
+  if (err.empty()) err = ar.one.allocate(sizeof(float));
+  if (err.empty()) {
+    const float one = 1.0f;
+    err = cuda_error(cudaMemcpy(ar.one.get(), &one, sizeof one, cudaMemcpyHostToDevice), "cudaMemcpy(one)");
+  }
+  if (!err.empty()) {
+    JsonObject e;
+    e.str("kind", "gemm").str("error", "arena allocation: " + err);
+    ctx.emit(e);
+    return;
+  }
+  logf("arenas: A %.2f GB, B %.2f GB, C %.2f GB", need_a / 1e9, need_b / 1e9, need_c / 1e9);
+  const float* d_one = ar.one.as<float>();
+
+  // Correctness of the operand mapping, once per dtype and layout.
+  check_case(ctx, lt, d_one, ar.workspace.get(), DType::BF16, false);
+  check_case(ctx, lt, d_one, ar.workspace.get(), DType::BF16, true);
+  check_case(ctx, lt, d_one, ar.workspace.get(), DType::FP16, false);
+  check_case(ctx, lt, d_one, ar.workspace.get(), DType::FP32, false);
+  check_case(ctx, lt, d_one, ar.workspace.get(), DType::FP8_E4M3, true);
+  if (ctx.broken) return;
+
+  const TimingOptions opts = gemm_timing(ctx.quick);
+  bool filled = false;
+  DType filled_type = DType::BF16;
+  for (const auto& c : plan) {
+    if (ctx.broken) break;
+    const double predicted = predict_time_op_s(predict_op_s(c), opts) + 0.01;
+    if (!ctx.budget.allows(predicted)) {
+      ctx.skip();
+      continue;
+    }
+    // Random inputs of the case's type over the whole arena (a few ms).
+    if (!filled || filled_type != c.type) {
+      const size_t es = dtype_size(c.type);
+      std::string ferr = fill_random(ar.a.get(), need_a / es, c.type, 1, ctx.stream);
+      if (ferr.empty()) ferr = fill_random(ar.b.get(), need_b / es, c.type, 2, ctx.stream);
+      if (ferr.empty()) ferr = cuda_error(cudaStreamSynchronize(ctx.stream), "fill sync");
+      if (!ferr.empty()) {
+        JsonObject e;
+        e.str("kind", "gemm").str("dtype", gemm_dtype_name(c.type)).str("error", "fill: " + ferr);
+        ctx.emit(e);
+        continue;
+      }
+      filled = true;
+      filled_type = c.type;
+    }
+
+    const CaseLayout l = layout_of(c, ctx.dev.l2_bytes);
+    JsonObject e;
+    e.str("kind", "gemm").str("dtype", gemm_dtype_name(c.type)).str("layout", c.nt ? "nt" : "nn").str("tag", c.tag);
+    e.integer("m", c.m).integer("n", c.n).integer("k", c.k);
+    e.str("out_dtype", dtype_name(output_type(c.type)));
+    if (c.type == DType::FP8_E4M3) e.boolean("fast_accum", true);
+    LtDescs d;
+    std::string serr = setup_case(lt, c, d_one, d);
+    if (!serr.empty()) {
+      e.null("time_s").str("error", serr);
+      ctx.emit(e);
+      logf("%s %s %lldx%lldx%lld: %s", gemm_dtype_name(c.type), c.tag.c_str(), (long long)c.m, (long long)c.n,
+           (long long)c.k, serr.c_str());
+      continue;
+    }
+    char* base_a = ar.a.as<char>();
+    char* base_b = ar.b.as<char>();
+    char* base_c = ar.c.as<char>();
+    void* ws = ar.workspace.get();
+    const float alpha = 1.f, beta = 0.f;
+    LaunchFn fn = [&](cudaStream_t s, int iter) -> std::string {
+      const size_t set = static_cast<size_t>(iter % l.sets);
+      const void* a = base_a + set * l.a_stride;
+      const void* b = base_b + set * l.b_stride;
+      void* cc = base_c + set * l.c_stride;
+      // cuBLAS A := our B, cuBLAS B := our A (see the mapping at the top).
+      LT_TRY(cublasLtMatmul(lt, d.op, &alpha, b, d.a, a, d.b, &beta, cc, d.c, cc, d.d, &d.heur.algo, ws, kWorkspaceBytes, s));
+      return "";
+    };
+    const Timing t = time_op(ctx.stream, fn, opts, ctx.budget);
+    add_timing(e, t);
+    if (t.ok) e.num("tflops", 2.0 * c.m * c.n * c.k / t.median_s / 1e12);
+    e.integer("rotation_sets", l.sets);
+    int algo_id = -1;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&d.heur.algo, CUBLASLT_ALGO_CONFIG_ID, &algo_id, sizeof algo_id, &written) ==
+        CUBLAS_STATUS_SUCCESS)
+      e.integer("algo_id", algo_id);
+    e.integer("workspace_bytes", static_cast<int64_t>(d.heur.workspaceSize));
+    e.num("waves", d.heur.wavesCount);
+    ctx.emit(e);
+    if (t.ok)
+      logf("%s %s %s %lldx%lldx%lld: %.4f ms %.1f TFLOP/s", gemm_dtype_name(c.type), c.nt ? "nt" : "nn", c.tag.c_str(),
+           (long long)c.m, (long long)c.n, (long long)c.k, t.median_s * 1e3, 2.0 * c.m * c.n * c.k / t.median_s / 1e12);
+    else
+      logf("%s %s %lldx%lldx%lld: %s", gemm_dtype_name(c.type), c.tag.c_str(), (long long)c.m, (long long)c.n,
+           (long long)c.k, t.error.c_str());
+  }
+}
+
+}  // namespace harness

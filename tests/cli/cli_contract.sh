@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The command line's contract: exit 0 for a finished simulation (also when it does not fit), 2 with
+# one line naming the file and JSON path for bad input, valid JSON with the contract's keys.
+set -u
+bin=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+expect() {  # expect CODE PATTERN -- command...
+  local code=$1 pattern=$2
+  shift 3
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$rc" != "$code" ]; then
+    echo "FAIL: '$*' exited $rc, expected $code: $out"
+    fail=1
+  elif ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL: '$*' output does not match /$pattern/: $out"
+    fail=1
+  fi
+}
+scenario=$src/scenarios/llama2-7b-finetune-h100.json
+expect 0 "verdict" -- "$bin" run "$scenario"
+expect 0 '"fits"' -- "$bin" run "$scenario" --format json
+expect 0 "llama-2-7b" -- "$bin" list models
+expect 0 "h200" -- "$bin" list gpus
+expect 2 "no-such.json: cannot open file" -- "$bin" run "$tmp/no-such.json"
+echo '{"model": "llama-2-7b",' >"$tmp/broken.json"
+expect 2 "broken.json: invalid JSON" -- "$bin" run "$tmp/broken.json"
+expect 2 "/training/micro_batchx: unknown key" -- "$bin" run "$scenario" --set training.micro_batchx=2
+expect 2 "/training/seq_len: expected an integer" -- "$bin" run "$scenario" --set training.seq_len='"long"'
+expect 2 "/cluster/gpu: unknown GPU" -- "$bin" run "$scenario" --set cluster.gpu=h900
+expect 2 "" -- "$bin" run "$scenario" --format xml
+expect 2 "" -- "$bin" frobnicate
+# Not fitting is a result, not an error.
+expect 0 '"fits": false' -- "$bin" run "$scenario" --format json --set training.micro_batch=64 --set training.global_batch=64
+# The JSON has the contract's keys.
+"$bin" run "$scenario" --format json >"$tmp/r.json" || fail=1
+python3 - "$tmp/r.json" <<'PY' || fail=1
+import json, sys
+r = json.load(open(sys.argv[1]))
+for k in ["fits", "gpus", "step_time_s", "tokens_per_s", "model_flops_per_step", "model_tflops_per_gpu", "mfu", "memory", "time_breakdown_s"]:
+    assert k in r, k
+for k in ["peak_bytes", "capacity_bytes", "breakdown_bytes"]:
+    assert k in r["memory"], k
+for k in ["params", "grads", "optimizer", "activations", "other"]:
+    assert k in r["memory"]["breakdown_bytes"], k
+for k in ["compute", "exposed_comm", "pipeline_bubble", "optimizer"]:
+    assert k in r["time_breakdown_s"], k
+PY
+# The trace is valid Chrome-trace JSON with kernels on two tracks.
+"$bin" run "$scenario" --trace "$tmp/t.json" >/dev/null || fail=1
+python3 - "$tmp/t.json" <<'PY' || fail=1
+import json, sys
+t = json.load(open(sys.argv[1]))["traceEvents"]
+spans = [e for e in t if e["ph"] == "X"]
+assert len(spans) > 100 and {e["tid"] for e in spans} == {0, 1}
+assert any(e["ph"] == "C" for e in t)
+PY
+exit $fail

@@ -1,0 +1,106 @@
+// Memory through the step, checked against closed forms of the state and against the direction
+// each technique must move the peak.
+#include <catch2/catch.hpp>
+
+#include "sim/training/single_gpu_step.hpp"
+#include "tools/io/scenario.hpp"
+
+using namespace scaleout;
+
+namespace {
+
+StepResult run(const std::string& model, std::int64_t seq, std::int64_t mb, const std::string& precision,
+               Recompute rc, AttentionImpl attn = AttentionImpl::flash, Optimizer opt = Optimizer::adamw,
+               std::optional<LoraSpec> lora = std::nullopt, std::int64_t global_batch = 0) {
+  StepConfig c;
+  c.model = load_model(model);
+  c.training.seq_len = seq;
+  c.training.micro_batch = mb;
+  c.training.global_batch = global_batch > 0 ? global_batch : mb;
+  c.training.precision = *precision_recipe(precision);
+  c.training.recompute = rc;
+  c.training.attention = attn;
+  c.training.optimizer = opt;
+  c.training.lora = lora;
+  c.gpu = load_gpu("h200");
+  c.profile = default_profile(c.gpu);
+  return simulate_single_gpu_step(c);
+}
+
+constexpr std::size_t kParams = 0, kGrads = 1, kOpt = 2;
+
+}  // namespace
+
+TEST_CASE("bf16-mixed AdamW holds 16 bytes of state per parameter, plus foreach's temporary", "[models][memory]") {
+  // params fp32 (4) + grads fp32 (4) + two fp32 moments (8) = 16 B/param; the foreach optimizer's
+  // sqrt(v) temporary adds 4 more at its peak. With full recompute and a short sequence the
+  // optimizer step is the peak.
+  const StepResult r = run("llama-2-7b", 512, 1, "bf16-mixed", Recompute::full);
+  const double n = r.params_total;
+  CHECK(r.peak_breakdown[kParams] == Approx(4 * n));
+  CHECK(r.peak_breakdown[kGrads] == Approx(4 * n));
+  CHECK(r.peak_breakdown[kOpt] == Approx(8 * n));
+  CHECK(r.peak_bytes == Approx(20 * n).epsilon(0.02));
+}
+
+TEST_CASE("megatron-bf16 holds 18 bytes per parameter", "[models][memory]") {
+  const StepResult r = run("gpt2-xl", 512, 1, "megatron-bf16", Recompute::full);
+  const double n = r.params_total;
+  CHECK(r.peak_breakdown[kParams] + r.peak_breakdown[kGrads] + r.peak_breakdown[kOpt] == Approx(18 * n));
+}
+
+TEST_CASE("pure bf16 halves the state; SGD keeps one moment", "[models][memory]") {
+  const StepResult bf = run("llama-3.2-1b", 512, 1, "bf16", Recompute::full);
+  CHECK(bf.peak_breakdown[kParams] == Approx(2 * bf.params_total));
+  const StepResult sgd = run("llama-3.2-1b", 512, 1, "bf16-mixed", Recompute::full, AttentionImpl::flash, Optimizer::sgd);
+  CHECK(sgd.peak_breakdown[kOpt] == Approx(4 * sgd.params_total));
+}
+
+TEST_CASE("recompute lowers the activation peak: none > selective(naive) and none > full", "[models][memory]") {
+  const StepResult none = run("llama-3.2-1b", 4096, 4, "bf16-mixed", Recompute::none, AttentionImpl::naive);
+  const StepResult sel = run("llama-3.2-1b", 4096, 4, "bf16-mixed", Recompute::selective, AttentionImpl::naive);
+  const StepResult full = run("llama-3.2-1b", 4096, 4, "bf16-mixed", Recompute::full, AttentionImpl::naive);
+  CHECK(none.peak_bytes > sel.peak_bytes);
+  CHECK(sel.peak_bytes > full.peak_bytes);
+  // Recompute costs time: a second forward in backward.
+  CHECK(full.step_time_s > none.step_time_s);
+  CHECK(full.recompute_s > 0);
+  CHECK(none.recompute_s == 0);
+}
+
+TEST_CASE("naive attention keeps s^2 per head; flash does not", "[models][memory]") {
+  const StepResult flash = run("llama-3.2-1b", 4096, 2, "bf16-mixed", Recompute::none, AttentionImpl::flash);
+  const StepResult naive = run("llama-3.2-1b", 4096, 2, "bf16-mixed", Recompute::none, AttentionImpl::naive);
+  // At least the fp32 probabilities and their bf16 copy: 6 bytes per score per layer.
+  const TransformerSpec m = load_model("llama-3.2-1b");
+  const double scores = 2.0 * double(m.heads) * 4096.0 * 4096.0 * double(m.layers);
+  CHECK(naive.peak_bytes - flash.peak_bytes > 6 * scores * 0.95);
+}
+
+TEST_CASE("gradient accumulation raises the peak by at most the gradients", "[models][memory]") {
+  // From the second micro-batch on, the first one's gradients (4 B/param in bf16-mixed) are alive
+  // during forward; activations do not grow with the number of micro-batches.
+  const StepResult one = run("gpt2", 1024, 4, "bf16-mixed", Recompute::none);
+  const StepResult four = run("gpt2", 1024, 4, "bf16-mixed", Recompute::none, AttentionImpl::flash, Optimizer::adamw,
+                              std::nullopt, 16);
+  CHECK(four.micro_batches == 4);
+  CHECK(four.peak_bytes >= one.peak_bytes);
+  CHECK(four.peak_bytes <= one.peak_bytes + 4 * one.params_total * 1.001);
+  CHECK(four.step_time_s > 3 * one.step_time_s);
+}
+
+TEST_CASE("QLoRA keeps the frozen base in about half a byte per parameter", "[models][memory]") {
+  LoraSpec q;
+  q.nf4_base = true;
+  const StepResult r = run("llama-2-13b", 1024, 1, "bf16-mixed", Recompute::full, AttentionImpl::flash,
+                           Optimizer::adamw, q);
+  CHECK(r.params_trainable < 0.02 * r.params_total);
+  CHECK(r.peak_breakdown[kParams] < 0.6 * r.params_total);
+  CHECK(r.peak_bytes < 20e9);
+}
+
+TEST_CASE("the step time is at least the model FLOPs at peak rate", "[models]") {
+  const StepResult r = run("llama-2-7b", 2048, 1, "bf16", Recompute::none);
+  CHECK(r.mfu > 0.2);
+  CHECK(r.mfu < 0.8);
+}

@@ -1,0 +1,110 @@
+// The engine: deterministic order (time, priority, FIFO), cancellation, streams with
+// cross-stream dependencies.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "sim/engine/simulator.hpp"
+#include "sim/engine/stream.hpp"
+
+using namespace scaleout;
+
+TEST_CASE("events run by time, then priority, then insertion order", "[sim]") {
+  Simulator sim;
+  std::string order;
+  sim.schedule_at(Time::from_us(2), [&] { order += "c"; });
+  sim.schedule_at(Time::from_us(1), [&] { order += "b"; }, 1);
+  sim.schedule_at(Time::from_us(1), [&] { order += "a"; }, 0);
+  sim.schedule_at(Time::from_us(1), [&] { order += "B"; }, 1);
+  sim.schedule_at(Time::from_us(2), [&] { order += "d"; });
+  CHECK(sim.run() == 5);
+  CHECK(order == "abBcd");
+  CHECK(sim.now() == Time::from_us(2));
+}
+
+TEST_CASE("a cancelled event does not run and a stale id cancels nothing", "[sim]") {
+  Simulator sim;
+  int ran = 0;
+  const EventId a = sim.schedule_in(Time::from_ns(10), [&] { ran += 1; });
+  sim.schedule_in(Time::from_ns(20), [&] { ran += 10; });
+  CHECK(sim.cancel(a));
+  CHECK_FALSE(sim.cancel(a));
+  sim.run();
+  CHECK(ran == 10);
+  // The slot of `a` is reused by a new event; the old id must not cancel it.
+  sim.schedule_in(Time::from_ns(5), [&] { ran += 100; });
+  CHECK_FALSE(sim.cancel(a));
+  sim.run();
+  CHECK(ran == 110);
+}
+
+TEST_CASE("events scheduled from events see the current time", "[sim]") {
+  Simulator sim;
+  std::vector<double> seen;
+  sim.schedule_in(Time::from_us(3), [&] {
+    seen.push_back(sim.now().us());
+    sim.schedule_in(Time::from_us(4), [&] { seen.push_back(sim.now().us()); });
+  });
+  sim.run();
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[0] == Approx(3));
+  CHECK(seen[1] == Approx(7));
+}
+
+TEST_CASE("run(limit) stops before later events", "[sim]") {
+  Simulator sim;
+  int ran = 0;
+  sim.schedule_at(Time::from_us(1), [&] { ++ran; });
+  sim.schedule_at(Time::from_us(5), [&] { ++ran; });
+  sim.run(Time::from_us(2));
+  CHECK(ran == 1);
+  sim.run();
+  CHECK(ran == 2);
+}
+
+TEST_CASE("a stream runs its tasks in order, one at a time", "[sim]") {
+  Simulator sim;
+  StreamExecutor ex(sim);
+  const StreamId s = ex.add_stream();
+  const TaskId a = ex.add(s, Time::from_us(3));
+  const TaskId b = ex.add(s, Time::from_us(2));
+  ex.start();
+  sim.run();
+  CHECK(ex.finish_time(a) == Time::from_us(3));
+  CHECK(ex.start_time(b) == Time::from_us(3));
+  CHECK(ex.finish_time(b) == Time::from_us(5));
+}
+
+TEST_CASE("a task waits for its dependencies on other streams", "[sim]") {
+  // host issues launches of 1 us; GPU kernels of 5 us and 0.5 us: the second kernel waits for the
+  // first kernel (same stream), the third for its own launch (host-bound).
+  Simulator sim;
+  StreamExecutor ex(sim);
+  const StreamId host = ex.add_stream(), gpu = ex.add_stream();
+  const TaskId h1 = ex.add(host, Time::from_us(1));
+  const TaskId h2 = ex.add(host, Time::from_us(1));
+  const TaskId g1 = ex.add(gpu, Time::from_us(5), {h1});
+  const TaskId g2 = ex.add(gpu, Time::from_ns(500), {h2});
+  const TaskId h3 = ex.add(host, Time::from_us(10));
+  const TaskId g3 = ex.add(gpu, Time::from_ns(500), {h3});
+  ex.start();
+  sim.run();
+  CHECK(ex.start_time(g1) == Time::from_us(1));
+  CHECK(ex.start_time(g2) == Time::from_us(6));
+  CHECK(ex.finish_time(h3) == Time::from_us(12));
+  CHECK(ex.start_time(g3) == Time::from_us(12));
+  CHECK(ex.all_finished());
+}
+
+TEST_CASE("a launched task completes when its launcher says so", "[sim]") {
+  Simulator sim;
+  StreamExecutor ex(sim);
+  const StreamId s = ex.add_stream();
+  const TaskId t = ex.add_launched(s, [&](TaskId id) { sim.schedule_in(Time::from_us(7), [&ex, id] { ex.finish(id); }); }, {});
+  const TaskId after = ex.add(s, Time::from_us(1));
+  ex.start();
+  sim.run();
+  CHECK(ex.finish_time(t) == Time::from_us(7));
+  CHECK(ex.finish_time(after) == Time::from_us(8));
+}
