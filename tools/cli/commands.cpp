@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 
+#include "tools/cli/validate.hpp"
 #include "tools/io/report.hpp"
 #include "tools/io/scenario.hpp"
 
@@ -78,6 +79,15 @@ void register_commands(CLI::App& app) {
   CLI::App* list = app.add_subcommand("list", "List the shipped models or GPUs");
   list->add_option("what", *what, "models or gpus")->required()->check(CLI::IsMember({"models", "gpus"}));
   list->callback([what] { list_command(*what); });
+
+  auto vopts = std::make_shared<ValidateOptions>();
+  CLI::App* validate = app.add_subcommand("validate", "Compare predictions with measured or published runs");
+  CLI::App* single = validate->add_subcommand("single-gpu", "Single-GPU steps measured by validation/single_gpu");
+  single->add_option("measurements", vopts->measurements, "steps.jsonl")->required();
+  single->add_option("--profile", vopts->profile, "auto, datasheet, or a profile file")->default_val("auto");
+  single->add_option("--gpu", vopts->gpu, "GPU the measurements ran on")->default_val("h200");
+  single->callback([vopts] { validate_single_gpu(*vopts, std::cout); });
+  validate->require_subcommand(1);
 }
 
 }  // namespace scaleout
