@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 
+#include "tools/cli/calibrate.hpp"
 #include "tools/cli/validate.hpp"
 #include "tools/io/report.hpp"
 #include "tools/io/scenario.hpp"
@@ -88,6 +89,15 @@ void register_commands(CLI::App& app) {
   single->add_option("--gpu", vopts->gpu, "GPU the measurements ran on")->default_val("h200");
   single->callback([vopts] { validate_single_gpu(*vopts, std::cout); });
   validate->require_subcommand(1);
+
+  auto copts = std::make_shared<CalibrateOptions>();
+  CLI::App* calibrate = app.add_subcommand("calibrate", "Fit hardware profiles to measurements");
+  CLI::App* fit = calibrate->add_subcommand("fit", "Fit a compute profile to harness measurements");
+  fit->add_option("measurements", copts->measurements, "measurements.json from scaleout-harness")->required();
+  fit->add_option("-o,--out", copts->out, "Profile to write (JSON)")->required();
+  fit->add_option("--gpu", copts->gpu, "Zoo GPU the measurements ran on (default: from the file)");
+  fit->callback([copts] { calibrate_fit(*copts, std::cout); });
+  calibrate->require_subcommand(1);
 }
 
 }  // namespace scaleout

@@ -1,0 +1,181 @@
+#include "hardware/calibration/fit.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <Eigen/Dense>
+
+#include "hardware/compute_model.hpp"
+
+namespace scaleout {
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Weighted least squares: minimise sum ((A x - t) / t)^2.
+Eigen::VectorXd solve_relative(const std::vector<std::vector<double>>& a, const std::vector<double>& t) {
+  const Eigen::Index n = Eigen::Index(t.size()), m = Eigen::Index(a.front().size());
+  Eigen::MatrixXd A(n, m);
+  Eigen::VectorXd b(n);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    for (Eigen::Index j = 0; j < m; ++j) A(i, j) = a[i][j] / t[i];
+    b(i) = 1.0;
+  }
+  return A.colPivHouseholderQr().solve(b);
+}
+
+FitStats held_out_stats(const ComputeModel& cm, const std::vector<const KernelMeasurement*>& held, std::size_t fitted) {
+  FitStats s;
+  s.fitted = fitted;
+  s.held_out = held.size();
+  std::vector<double> err;
+  for (const auto* m : held) err.push_back(std::fabs(cm.time(m->kernel).seconds() - m->seconds) / m->seconds);
+  s.median_rel_error = median(err);
+  s.worst_rel_error = err.empty() ? 0 : *std::max_element(err.begin(), err.end());
+  return s;
+}
+
+// The work term W of a GEMM under its best tile for the current profile (efficiency 1).
+struct GemmTerms {
+  double w = 0, w_over_k = 0;
+  bool memory_bound = false;
+};
+
+GemmTerms gemm_terms(const GpuSpec& gpu, const ComputeProfile& p, const GemmShape& g, Dtype d) {
+  const double eff = std::max(1e-3, p.gemm_eff(d));
+  const double peak = gpu.peak(d).value > 0 ? gpu.peak(d).value : gpu.peak(Dtype::bf16).value;
+  const double sm_rate = peak / std::max(1, gpu.sms);
+  const double sms = std::max(1, gpu.sms);
+  const double bytes = double(g.batch) * (double(g.m) * double(g.k) + double(g.k) * double(g.n) + double(g.m) * double(g.n)) *
+                       dtype_bytes(d);
+  const double t_mem = bytes / (gpu.hbm_bandwidth.value * p.memory_efficiency);
+  GemmTerms best;
+  double best_t = 1e300;
+  for (const GemmTile& tile : p.tiles) {
+    const double tiles = std::ceil(double(g.m) / tile.m) * std::ceil(double(g.n) / tile.n) * double(g.batch);
+    const double max_split = std::max(1.0, std::min(std::floor(sms / tiles), std::floor(double(g.k) / 256.0)));
+    for (double split = 1; split <= max_split; split *= 2) {
+      const double k = std::ceil(double(g.k) / split);
+      const double waves = std::ceil(tiles * split / sms);
+      const double w = waves * 2.0 * tile.m * tile.n * k / (sm_rate * tile.efficiency);
+      const double t = w / eff * (1.0 + p.gemm_k_half / k);
+      if (std::max(t, t_mem) < best_t) {
+        best_t = std::max(t, t_mem);
+        best = {w, w / k, t_mem > t};
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& rows, const ComputeProfile& start,
+                      int hold_out_every) {
+  FitReport rep;
+  ComputeProfile p = start;
+  if (p.tiles.empty()) p.tiles = default_profile(gpu).tiles;
+  std::vector<const KernelMeasurement*> gemm_fit, gemm_held, mem_fit, mem_held, att_fit, att_held;
+  int ng = 0, nm = 0, na = 0;
+  for (const auto& r : rows) {
+    if (!(r.seconds > 0)) continue;
+    switch (r.kernel.kind) {
+      case KernelKind::gemm: (ng++ % hold_out_every == hold_out_every - 1 ? gemm_held : gemm_fit).push_back(&r); break;
+      case KernelKind::memory: (nm++ % hold_out_every == hold_out_every - 1 ? mem_held : mem_fit).push_back(&r); break;
+      default: (na++ % hold_out_every == hold_out_every - 1 ? att_held : att_fit).push_back(&r); break;
+    }
+  }
+
+  // Memory-bound kernels first: they give the bandwidth efficiency and the fixed kernel cost.
+  if (mem_fit.size() >= 2) {
+    std::vector<std::vector<double>> a;
+    std::vector<double> t;
+    for (const auto* m : mem_fit) {
+      a.push_back({1.0, m->kernel.bytes / gpu.hbm_bandwidth.value});
+      t.push_back(m->seconds);
+    }
+    const Eigen::VectorXd x = solve_relative(a, t);
+    if (x(0) > 0) p.kernel_latency = Time::from_seconds(x(0));
+    if (x(1) > 0) p.memory_efficiency = std::clamp(1.0 / x(1), 0.05, 1.0);
+    else rep.notes.push_back("memory fit gave a non-positive slope; efficiency kept");
+  } else {
+    rep.notes.push_back("too few memory-bound measurements; memory efficiency and latency kept");
+  }
+
+  // GEMMs per dtype, with the kernel latency from above.
+  for (std::size_t di = 0; di < kDtypeCount; ++di) {
+    const Dtype d = static_cast<Dtype>(di);
+    for (int iter = 0; iter < 4; ++iter) {
+      std::vector<std::vector<double>> a;
+      std::vector<double> t;
+      for (const auto* m : gemm_fit) {
+        if (m->kernel.dtype != d) continue;
+        const GemmTerms g = gemm_terms(gpu, p, m->kernel.gemm, d);
+        const double rest = m->seconds - p.kernel_latency.seconds();
+        if (g.memory_bound || rest <= 0) continue;
+        a.push_back({g.w, g.w_over_k});
+        t.push_back(rest);
+      }
+      if (a.size() < 3) break;
+      const Eigen::VectorXd x = solve_relative(a, t);
+      if (!(x(0) > 0)) {
+        rep.notes.push_back(std::string("GEMM fit for ") + std::string(to_string(d)) + " gave a non-positive rate term");
+        break;
+      }
+      p.gemm_efficiency[di] = std::clamp(1.0 / x(0), 0.02, 1.0);
+      p.gemm_k_half = std::clamp(x(1) / x(0), 0.0, 4096.0);
+    }
+  }
+
+  // Flash attention: efficiency per pass, with the sequence half-point chosen on a grid.
+  for (bool bwd : {false, true}) {
+    const KernelKind kind = bwd ? KernelKind::attention_bwd : KernelKind::attention_fwd;
+    double best_err = 1e300, best_half = p.attention_seq_half, best_eff = 0;
+    for (double half : {0.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0}) {
+      std::vector<std::vector<double>> a;
+      std::vector<double> t;
+      for (const auto* m : att_fit) {
+        if (m->kernel.kind != kind) continue;
+        const auto& s = m->kernel.attn;
+        const double shape = double(s.seq) / (double(s.seq) + half) * std::min(1.0, double(s.head_dim) / 128.0 + 0.25);
+        const double peak = gpu.peak(Dtype::bf16).value;
+        const double flops = bwd ? s.bwd_flops() : s.fwd_flops();
+        const double rest = m->seconds - p.kernel_latency.seconds();
+        if (rest <= 0) continue;
+        a.push_back({flops / (peak * shape)});
+        t.push_back(rest);
+      }
+      if (a.size() < 2) break;
+      const Eigen::VectorXd x = solve_relative(a, t);
+      if (!(x(0) > 0)) continue;
+      double err = 0;
+      for (std::size_t i = 0; i < a.size(); ++i) err += std::pow((a[i][0] * x(0) - t[i]) / t[i], 2);
+      if (err < best_err) {
+        best_err = err;
+        best_half = half;
+        best_eff = 1.0 / x(0);
+      }
+    }
+    if (best_eff > 0) {
+      (bwd ? p.attention_bwd_efficiency : p.attention_fwd_efficiency) = std::clamp(best_eff, 0.01, 1.0);
+      if (!bwd) p.attention_seq_half = best_half;
+    } else {
+      rep.notes.push_back(std::string("no usable flash attention ") + (bwd ? "backward" : "forward") +
+                          " measurements; efficiency kept");
+    }
+  }
+
+  const ComputeModel cm(gpu, p);
+  rep.gemm = held_out_stats(cm, gemm_held, gemm_fit.size());
+  rep.memory = held_out_stats(cm, mem_held, mem_fit.size());
+  rep.attention = held_out_stats(cm, att_held, att_fit.size());
+  rep.profile = p;
+  return rep;
+}
+
+}  // namespace scaleout

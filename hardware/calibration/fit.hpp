@@ -1,0 +1,41 @@
+#pragma once
+// Fitting the compute model to kernel measurements (hardware/calibration/harness). The model is
+// linear in its unknowns once the tile each GEMM runs with is fixed:
+//   GEMM:    t = L + a * W + b * W / k,  W = waves * tile FLOPs / (peak / sms * tile_eff),
+//            a = 1 / efficiency, b = k_half / efficiency
+//   memory:  t = L + bytes / (bandwidth * efficiency)
+//   flash:   t = L + FLOPs / (peak * efficiency * seq / (seq + seq_half))
+// so each is a weighted linear least-squares problem (Eigen), iterated with the tile choice and
+// the compute/memory-bound split re-derived from the last fit. Rows are weighted by 1/t so that
+// the fit minimises relative error, as the validation measures it.
+#include <string>
+#include <vector>
+
+#include "hardware/compute_profile.hpp"
+#include "hardware/gpu.hpp"
+#include "hardware/kernel.hpp"
+
+namespace scaleout {
+
+struct KernelMeasurement {
+  Kernel kernel;
+  double seconds = 0;
+};
+
+struct FitStats {
+  std::size_t fitted = 0, held_out = 0;
+  double median_rel_error = 0, worst_rel_error = 0;  // on held-out rows
+};
+
+struct FitReport {
+  ComputeProfile profile;
+  FitStats gemm, memory, attention;
+  std::vector<std::string> notes;
+};
+
+// Every `hold_out_every`-th measurement of each kind (by its order) is kept out of the fit and
+// used to report the error.
+FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& rows, const ComputeProfile& start,
+                      int hold_out_every = 5);
+
+}  // namespace scaleout
