@@ -42,6 +42,9 @@ struct ComputeProfile {
   Time host_fwd_kernel = Time::from_us(9);
   Time host_bwd_kernel = Time::from_us(5);
   Time host_opt_kernel = Time::from_us(4);
+  // Python work of torch.optim per parameter tensor (state lookups, step counters, list
+  // building) before the foreach kernels are issued.
+  Time host_opt_tensor = Time::from_us(10);
 
   double gemm_eff(Dtype d) const { return gemm_efficiency[static_cast<std::size_t>(d)]; }
 };

@@ -21,6 +21,7 @@ struct MemOp {
 // frees made when the last ends.
 struct PlanItem {
   Phase phase = Phase::forward;
+  double host_prologue_tensors = 0;  // optimizer: per-tensor Python work before the first launch
   std::vector<Kernel> kernels;
   std::vector<MemOp> allocs, frees;
 };
@@ -258,10 +259,15 @@ class Planner {
       it.allocs.push_back({MemCategory::other, temp * n});
       it.frees.push_back({MemCategory::other, temp * n});
     }
-    // multi_tensor_apply launches a kernel per chunk of about 320 blocks x 65536 elements.
+    // multi_tensor_apply launches a kernel per 110 tensors or per 320 blocks of 65536 elements,
+    // whichever fills first (ATen's MultiTensorApply.cuh depth limits).
     const double per_launch = 320.0 * 65536.0;
+    double tensors = 0;
+    for (const ParamRec& pr : tape_.params)
+      if (pr.trainable && pr.count > 0) ++tensors;
+    it.host_prologue_tensors = tensors;
     for (double bytes_per_param : passes) {
-      const double launches = std::max(1.0, std::ceil(n / per_launch));
+      const double launches = std::max({1.0, std::ceil(n / per_launch), std::ceil(tensors / 110.0)});
       for (int l = 0; l < int(launches); ++l) {
         Kernel k;
         k.kind = KernelKind::memory;
@@ -329,6 +335,8 @@ StepResult simulate_single_gpu_step(const StepConfig& cfg) {
       first = last = ex.add(gpu, Time::zero(), {}, static_cast<std::uint32_t>(item.phase));
       if (cfg.keep_trace) names.push_back({first, &kMemOnly});
     } else {
+      if (item.host_prologue_tensors > 0)
+        ex.add(host, Time::from_seconds(item.host_prologue_tensors * cfg.profile.host_opt_tensor.seconds()), {});
       for (std::size_t k = 0; k < item.kernels.size(); ++k) {
         const Kernel& kernel = item.kernels[k];
         const TaskId h = ex.add(host, host_cost(item.phase), {}, static_cast<std::uint32_t>(item.phase));

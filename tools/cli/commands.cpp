@@ -1,5 +1,6 @@
 #include "tools/cli/commands.hpp"
 
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -97,6 +98,12 @@ void register_commands(CLI::App& app) {
   fit->add_option("-o,--out", copts->out, "Profile to write (JSON)")->required();
   fit->add_option("--gpu", copts->gpu, "Zoo GPU the measurements ran on (default: from the file)");
   fit->callback([copts] { calibrate_fit(*copts, std::cout); });
+  auto hopts = std::make_shared<std::array<std::string, 3>>();
+  CLI::App* host = calibrate->add_subcommand("host", "Fit a profile's host overheads to the calibration rows of steps.jsonl");
+  host->add_option("steps", (*hopts)[0], "steps.jsonl from validation/single_gpu")->required();
+  host->add_option("--profile", (*hopts)[1], "Profile to start from (file)")->required();
+  host->add_option("-o,--out", (*hopts)[2], "Profile to write")->required();
+  host->callback([hopts] { calibrate_host((*hopts)[0], (*hopts)[1], (*hopts)[2], std::cout); });
   calibrate->require_subcommand(1);
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <ostream>
 
 #include "sim/training/single_gpu_step.hpp"
@@ -20,7 +21,7 @@ struct Row {
   double pred_step = 0, pred_peak = 0;
 };
 
-double median(std::vector<double> v) {
+double median_impl(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -29,16 +30,12 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-bool validate_single_gpu(const ValidateOptions& o, std::ostream& os) {
-  std::ifstream in(o.measurements);
-  if (!in) throw InputError(o.measurements + ": cannot open file");
-  const GpuSpec gpu = load_gpu(o.gpu);
-  ComputeProfile profile;
-  if (o.profile == "auto") profile = default_profile_for(gpu);
-  else if (o.profile == "datasheet") profile = default_profile(gpu);
-  else profile = parse_profile(load_json_file(o.profile), o.profile, "", gpu);
+static double median(std::vector<double> v) { return median_impl(std::move(v)); }
 
-  std::vector<Row> rows;
+std::vector<MeasuredStep> read_measured_steps(const std::string& file, const GpuSpec& gpu) {
+  std::ifstream in(file);
+  if (!in) throw InputError(file + ": cannot open file");
+  std::vector<MeasuredStep> out;
   std::string line;
   int lineno = 0;
   while (std::getline(in, line)) {
@@ -46,18 +43,19 @@ bool validate_single_gpu(const ValidateOptions& o, std::ostream& os) {
     if (line.empty()) continue;
     const Json j = Json::parse(line, nullptr, false);
     const std::string where = "line " + std::to_string(lineno);
-    if (j.is_discarded() || !j.is_object()) throw InputError(o.measurements, where, "not a JSON object");
+    if (j.is_discarded() || !j.is_object()) throw InputError(file, where, "not a JSON object");
     if (j.value("skipped", false)) continue;
     if (!j.value("error", Json()).is_null() && !j.value("oom", false)) continue;  // a failed measurement
     auto num = [&](const char* k) {
-      if (!j.contains(k) || !j[k].is_number()) throw InputError(o.measurements, where + "/" + k, "expected a number");
+      if (!j.contains(k) || !j[k].is_number()) throw InputError(file, where + "/" + k, "expected a number");
       return j[k].get<double>();
     };
     auto str = [&](const char* k) {
-      if (!j.contains(k) || !j[k].is_string()) throw InputError(o.measurements, where + "/" + k, "expected a string");
+      if (!j.contains(k) || !j[k].is_string()) throw InputError(file, where + "/" + k, "expected a string");
       return j[k].get<std::string>();
     };
-    StepConfig c;
+    MeasuredStep m;
+    StepConfig& c = m.config;
     c.model.name = str("id");
     c.model.arch = str("arch") == "gpt" ? Arch::gpt : Arch::llama;
     c.model.layers = std::int64_t(num("layers"));
@@ -71,23 +69,132 @@ bool validate_single_gpu(const ValidateOptions& o, std::ostream& os) {
     c.model.max_positions = c.training.seq_len;
     c.training.micro_batch = c.training.global_batch = std::int64_t(num("micro_batch"));
     const auto recipe = precision_recipe(str("precision"));
-    if (!recipe) throw InputError(o.measurements, where + "/precision", "unknown precision");
+    if (!recipe) throw InputError(file, where + "/precision", "unknown precision");
     c.training.precision = *recipe;
     const std::string rc = str("recompute");
     c.training.recompute = rc == "full" ? Recompute::full : rc == "selective" ? Recompute::selective : Recompute::none;
     c.training.attention = str("attention") == "naive" ? AttentionImpl::naive : AttentionImpl::flash;
     c.training.optimizer = str("optimizer") == "sgd" ? Optimizer::sgd : Optimizer::adamw;
     c.gpu = gpu;
-    c.profile = profile;
-    const StepResult r = simulate_single_gpu_step(c);
-    Row row;
-    row.id = c.model.name;
-    row.split = j.value("split", std::string("validation"));
-    row.oom = j.value("oom", false);
-    if (!row.oom) {
-      row.step = num("step_time_s");
-      row.peak = num("peak_allocated_bytes");
+    m.id = c.model.name;
+    m.split = j.value("split", std::string("validation"));
+    m.oom = j.value("oom", false);
+    if (!m.oom) {
+      m.step_s = num("step_time_s");
+      m.peak_bytes = num("peak_allocated_bytes");
     }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+namespace {
+ComputeProfile profile_from(const std::string& name, const GpuSpec& gpu) {
+  if (name == "auto") return default_profile_for(gpu);
+  if (name == "datasheet") return default_profile(gpu);
+  return parse_profile(load_json_file(name), name, "", gpu);
+}
+}  // namespace
+
+void calibrate_host(const std::string& steps, const std::string& profile_in, const std::string& out, std::ostream& os) {
+  const GpuSpec gpu = load_gpu("h200");
+  ComputeProfile p = profile_from(profile_in, gpu);
+  std::vector<MeasuredStep> cal;
+  for (auto& m : read_measured_steps(steps, gpu))
+    if (m.split == "calibration" && !m.oom) cal.push_back(std::move(m));
+  if (cal.empty()) throw InputError(steps + ": no calibration rows that ran");
+  auto error = [&](const ComputeProfile& q) {
+    std::vector<double> e;
+    for (auto& m : cal) {
+      m.config.profile = q;
+      e.push_back(std::fabs(simulate_single_gpu_step(m.config).step_time_s - m.step_s) / m.step_s);
+    }
+    return median(e) + 0.25 * *std::max_element(e.begin(), e.end());
+  };
+  // Coordinate descent over the knobs that the calibration rows can see: the host costs per
+  // kernel (forward, backward) and per optimizer tensor, the bf16 GEMM efficiency, flash
+  // attention's efficiencies and the memory-bound efficiency.
+  struct Knob {
+    const char* name;
+    std::function<double()> get;
+    std::function<void(double)> set;
+    std::vector<double> grid;
+  };
+  auto time_knob = [](const char* n, Time& t, std::vector<double> g) {
+    return Knob{n, [&t] { return t.us(); }, [&t](double v) { t = Time::from_us(v); }, std::move(g)};
+  };
+  auto num_knob = [](const char* n, double& x, std::vector<double> g) {
+    return Knob{n, [&x] { return x; }, [&x](double v) { x = v; }, std::move(g)};
+  };
+  const std::vector<double> us_grid = {0, 2, 4, 6, 8, 10, 13, 16, 20, 25, 30, 35, 40, 50, 60};
+  std::vector<double> eff_grid;
+  for (double e = 0.30; e <= 0.951; e += 0.025) eff_grid.push_back(e);
+  double& bf16 = p.gemm_efficiency[static_cast<std::size_t>(Dtype::bf16)];
+  std::vector<Knob> knobs = {
+      time_knob("host_fwd_kernel", p.host_fwd_kernel, us_grid),
+      time_knob("host_bwd_kernel", p.host_bwd_kernel, us_grid),
+      time_knob("host_opt_tensor", p.host_opt_tensor, us_grid),
+      num_knob("gemm_efficiency.bf16", bf16, eff_grid),
+      num_knob("attention_fwd_efficiency", p.attention_fwd_efficiency, eff_grid),
+      num_knob("attention_bwd_efficiency", p.attention_bwd_efficiency, eff_grid),
+      num_knob("memory_efficiency", p.memory_efficiency, eff_grid),
+  };
+  double best = error(p);
+  for (int pass = 0; pass < 3; ++pass)
+    for (Knob& k : knobs) {
+      double keep = k.get();
+      for (double v : k.grid) {
+        k.set(v);
+        const double e = error(p);
+        if (e < best) {
+          best = e;
+          keep = v;
+        }
+      }
+      k.set(keep);
+    }
+  p.gemm_efficiency[static_cast<std::size_t>(Dtype::fp16)] = bf16;
+  Json j = load_json_file(profile_in);
+  char buf[64];
+  auto us = [&](Time t) {
+    std::snprintf(buf, sizeof buf, "%.1f us", t.us());
+    return std::string(buf);
+  };
+  j["host_fwd_kernel"] = us(p.host_fwd_kernel);
+  j["host_bwd_kernel"] = us(p.host_bwd_kernel);
+  j["host_opt_tensor"] = us(p.host_opt_tensor);
+  Json eff = j.value("gemm_efficiency", Json::object());
+  eff["bf16"] = bf16;
+  eff["fp16"] = bf16;
+  j["gemm_efficiency"] = eff;
+  j["attention_fwd_efficiency"] = p.attention_fwd_efficiency;
+  j["attention_bwd_efficiency"] = p.attention_bwd_efficiency;
+  j["memory_efficiency"] = p.memory_efficiency;
+  j["source"] = j.value("source", std::string()) + "; fitted by scaleout calibrate host " + steps +
+                " on its calibration rows only: host costs, bf16 GEMM, flash attention and memory-bound efficiencies";
+  std::ofstream f(out);
+  if (!f) throw InputError(out + ": cannot write the profile");
+  f << j.dump(2) << "\n";
+  os << "fitted on " << cal.size() << " calibration rows:";
+  for (const Knob& k : knobs) os << " " << k.name << "=" << k.get();
+  os << "\nwrote " << out << "\n";
+}
+
+bool validate_single_gpu(const ValidateOptions& o, std::ostream& os) {
+  const GpuSpec gpu = load_gpu(o.gpu);
+  const ComputeProfile profile = profile_from(o.profile, gpu);
+
+  const std::vector<MeasuredStep> measured = read_measured_steps(o.measurements, gpu);
+  std::vector<Row> rows;
+  for (MeasuredStep m : measured) {
+    m.config.profile = profile;
+    const StepResult r = simulate_single_gpu_step(m.config);
+    Row row;
+    row.id = m.id;
+    row.split = m.split;
+    row.oom = m.oom;
+    row.step = m.step_s;
+    row.peak = m.peak_bytes;
     row.predicted_fits = r.fits;
     row.pred_step = r.step_time_s;
     row.pred_peak = r.peak_bytes;

@@ -1,6 +1,9 @@
 #pragma once
 #include <iosfwd>
 #include <string>
+#include <vector>
+
+#include "sim/training/single_gpu_step.hpp"
 
 namespace scaleout {
 
@@ -9,6 +12,18 @@ struct ValidateOptions {
   std::string profile;       // "auto" (calibrated if shipped), "datasheet", or a profile file
   std::string gpu = "h200";
 };
+
+struct MeasuredStep {
+  std::string id, split;
+  bool oom = false;
+  double step_s = 0, peak_bytes = 0;
+  StepConfig config;
+};
+std::vector<MeasuredStep> read_measured_steps(const std::string& file, const GpuSpec& gpu);
+
+// Fits the host (framework) overheads of a profile to the calibration rows of a steps file by
+// coordinate descent on the median relative step-time error, and writes the profile.
+void calibrate_host(const std::string& steps, const std::string& profile_in, const std::string& out, std::ostream& os);
 
 // Predicts every measured single-GPU step and prints the comparison (markdown) with the error
 // statistics per split. Returns false when a target of the foundation issue is missed.

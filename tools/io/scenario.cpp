@@ -198,6 +198,7 @@ ComputeProfile parse_profile(const Json& j, const std::string& file, const std::
   p.host_fwd_kernel = Time::from_seconds(r.quantity_or("host_fwd_kernel", QuantityKind::time_s, p.host_fwd_kernel.seconds()));
   p.host_bwd_kernel = Time::from_seconds(r.quantity_or("host_bwd_kernel", QuantityKind::time_s, p.host_bwd_kernel.seconds()));
   p.host_opt_kernel = Time::from_seconds(r.quantity_or("host_opt_kernel", QuantityKind::time_s, p.host_opt_kernel.seconds()));
+  p.host_opt_tensor = Time::from_seconds(r.quantity_or("host_opt_tensor", QuantityKind::time_s, p.host_opt_tensor.seconds()));
   r.finish();
   return p;
 }
