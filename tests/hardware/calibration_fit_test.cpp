@@ -1,0 +1,83 @@
+// The fit recovers known parameters from measurements synthesised by the model itself, and a
+// malformed measurements file is refused with its JSON path.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+#include "hardware/calibration/fit.hpp"
+#include "hardware/compute_model.hpp"
+#include "tools/cli/calibrate.hpp"
+#include "tools/io/input_error.hpp"
+#include "tools/io/scenario.hpp"
+
+using namespace scaleout;
+
+TEST_CASE("the fit recovers GEMM, memory and attention parameters from synthetic data", "[hardware][calibration]") {
+  const GpuSpec gpu = load_gpu("h200");
+  ComputeProfile truth = default_profile(gpu);
+  truth.gemm_efficiency[static_cast<std::size_t>(Dtype::bf16)] = 0.63;
+  truth.gemm_k_half = 90;
+  truth.memory_efficiency = 0.82;
+  truth.kernel_latency = Time::from_us(4.0);
+  truth.attention_fwd_efficiency = 0.55;
+  truth.attention_bwd_efficiency = 0.41;
+  truth.attention_seq_half = 512;
+  const ComputeModel cm(gpu, truth);
+  std::vector<KernelMeasurement> rows;
+  for (std::int64_t h : {1024, 2048, 4096, 8192})
+    for (std::int64_t t : {2048, 8192, 16384}) {
+      for (auto [m, n, k] : {std::tuple{t, 3 * h, h}, {t, h, 4 * h}, {t, 4 * h, h}, {h, 4 * h, t}, {t, h, h / 4}}) {
+        Kernel g;
+        g.kind = KernelKind::gemm;
+        g.gemm = GemmShape{m, n, k, 1};
+        rows.push_back({g, cm.time(g).seconds()});
+      }
+    }
+  for (double bytes = 1e6; bytes < 1e10; bytes *= 3) {
+    Kernel mk;
+    mk.bytes = bytes;
+    rows.push_back({mk, cm.time(mk).seconds()});
+  }
+  for (std::int64_t s : {512, 1024, 2048, 4096, 8192, 16384})
+    for (KernelKind kind : {KernelKind::attention_fwd, KernelKind::attention_bwd}) {
+      Kernel a;
+      a.kind = kind;
+      a.attn = AttentionShape{2, 32, s, 128, true};
+      rows.push_back({a, cm.time(a).seconds()});
+    }
+  const FitReport rep = fit_profile(gpu, rows, default_profile(gpu));
+  CHECK(rep.profile.gemm_eff(Dtype::bf16) == Approx(0.63).epsilon(0.02));
+  CHECK(rep.profile.gemm_k_half == Approx(90).epsilon(0.05));
+  CHECK(rep.profile.memory_efficiency == Approx(0.82).epsilon(0.01));
+  CHECK(rep.profile.kernel_latency.us() == Approx(4.0).epsilon(0.02));
+  CHECK(rep.profile.attention_fwd_efficiency == Approx(0.55).epsilon(0.02));
+  CHECK(rep.profile.attention_bwd_efficiency == Approx(0.41).epsilon(0.02));
+  CHECK(rep.gemm.held_out > 0);
+  CHECK(rep.gemm.worst_rel_error < 0.02);
+}
+
+TEST_CASE("a malformed measurements file is refused with the JSON path", "[hardware][calibration]") {
+  const std::string file = "malformed_measurements.json";
+  auto write = [&](const char* text) { std::ofstream(file) << text; };
+  auto error = [&]() -> std::string {
+    try {
+      read_measurements(file);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  write(R"({"schema": "scaleout-measurements/1", "gpu": {"name": "NVIDIA H200"},
+            "measurements": [{"kind": "gemm", "dtype": "bf16", "m": 64, "n": 64, "k": 64, "time_s": "fast"}]})");
+  CHECK(error() == file + ": /measurements/0/time_s: expected a non-negative number");
+  write(R"({"schema": "other", "gpu": {"name": "x"}, "measurements": []})");
+  CHECK(error().find("/schema: expected \"scaleout-measurements/1\"") != std::string::npos);
+  write(R"({"schema": "scaleout-measurements/1", "gpu": {"name": "x"}, "measurements": [{"kind": "warp"}]})");
+  CHECK(error().find("/measurements/0/kind: expected gemm") != std::string::npos);
+  write(R"({"schema": "scaleout-measurements/1", "gpu": {}, "measurements": []})");
+  CHECK(error().find("/gpu/name") != std::string::npos);
+  write("{not json");
+  CHECK(error().find("invalid JSON") != std::string::npos);
+  std::remove(file.c_str());
+}
