@@ -437,9 +437,11 @@ class Builder {
       push(std::move(ce));
       return;
     }
-    // F.cross_entropy = log_softmax + nll_loss, in fp32 under autocast.
-    const int lf = r_.autocast ? cast(logits, Dtype::fp32) : logits;
-    const int ls = ew("log_softmax", {lf}, tokens_ * v, dtype_[lf], {}, true);
+    // F.cross_entropy = log_softmax + nll_loss. Autocast runs log_softmax with dtype=float32 on
+    // the bf16 logits (no separate fp32 copy); its backward writes the bf16 gradient directly
+    // (_log_softmax_backward_data's input_dtype).
+    const Dtype ld = r_.autocast ? Dtype::fp32 : dtype_[logits];
+    const int ls = ew("log_softmax", {logits}, tokens_ * v, ld, {}, true);
     ew("nll_loss", {ls}, 1, Dtype::fp32);
   }
 
