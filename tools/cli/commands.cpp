@@ -10,6 +10,7 @@
 #include "tools/cli/validate.hpp"
 #include "tools/io/report.hpp"
 #include "tools/io/scenario.hpp"
+#include "tools/io/simulate.hpp"
 
 namespace scaleout {
 namespace {
@@ -25,17 +26,7 @@ struct RunOptions {
 
 void run_command(const RunOptions& o) {
   const Scenario s = load_scenario(o.scenario, o.sets);
-  if (s.gpus() > 1)
-    throw InputError(o.scenario, "/cluster",
-                     "this build simulates one GPU; parallel plans over " + std::to_string(s.gpus()) +
-                         " GPUs are not implemented yet");
-  StepConfig cfg;
-  cfg.model = s.model;
-  cfg.training = s.training;
-  cfg.gpu = s.gpu;
-  cfg.profile = s.profile;
-  cfg.keep_trace = !o.trace.empty();
-  const StepResult r = simulate_single_gpu_step(cfg);
+  const StepResult r = simulate_scenario(s, !o.trace.empty());
   if (!o.trace.empty()) write_trace(o.trace, r);
   if (o.format == "json") std::cout << result_json(s, r).dump(2) << "\n";
   else write_text_report(std::cout, s, r);
