@@ -86,6 +86,7 @@ Time ComputeModel::time(const Kernel& k) const {
     case KernelKind::attention_fwd: return attention_time(k.attn, false, k.dtype);
     case KernelKind::attention_bwd: return attention_time(k.attn, true, k.dtype);
     case KernelKind::memory: return memory_time(k.bytes);
+    case KernelKind::collective: return Time::zero();  // timed by the network, not the SMs
   }
   return Time::zero();
 }

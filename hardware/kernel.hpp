@@ -8,7 +8,11 @@
 
 namespace scaleout {
 
-enum class KernelKind : std::uint8_t { gemm, attention_fwd, attention_bwd, memory };
+enum class KernelKind : std::uint8_t { gemm, attention_fwd, attention_bwd, memory, collective };
+
+// Which parallel group a collective runs over.
+enum class CommGroup : std::uint8_t { tp, dp, pp, cp, ep };
+enum class CollectiveKind : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, send_recv };
 
 struct GemmShape {
   // C[m,n] = A[m,k] * B[k,n], `batch` independent products (batched matmul).
@@ -19,9 +23,11 @@ struct GemmShape {
 struct AttentionShape {
   std::int64_t batch = 1, heads = 1, seq = 0, head_dim = 0;
   bool causal = true;
+  std::int64_t seq_kv = 0;  // keys per query when it differs from seq (context parallelism); 0: seq
   // Forward FLOPs of QK^T and PV (2 matmuls of 2*s*s*d each per head), halved when causal.
   double fwd_flops() const {
-    const double full = 4.0 * double(batch) * double(heads) * double(seq) * double(seq) * double(head_dim);
+    const double kv = double(seq_kv > 0 ? seq_kv : seq);
+    const double full = 4.0 * double(batch) * double(heads) * double(seq) * kv * double(head_dim);
     return causal ? full / 2 : full;
   }
   // Backward recomputes QK^T and runs four more matmuls: 2.5 times the forward (Dao et al. 2022).
@@ -33,7 +39,9 @@ struct Kernel {
   Dtype dtype = Dtype::bf16;
   GemmShape gemm;
   AttentionShape attn;
-  double bytes = 0;  // memory-bound kernels: bytes read plus bytes written
+  double bytes = 0;  // memory-bound kernels: bytes read plus bytes written; collectives: message size
+  CollectiveKind coll = CollectiveKind::all_reduce;
+  CommGroup group = CommGroup::tp;
   std::string name;
 
   double flops() const {
@@ -41,7 +49,7 @@ struct Kernel {
       case KernelKind::gemm: return gemm.flops();
       case KernelKind::attention_fwd: return attn.fwd_flops();
       case KernelKind::attention_bwd: return attn.bwd_flops();
-      case KernelKind::memory: return 0;
+      case KernelKind::memory: case KernelKind::collective: return 0;
     }
     return 0;
   }

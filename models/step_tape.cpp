@@ -9,20 +9,38 @@ namespace {
 
 class Builder {
  public:
-  Builder(const TransformerSpec& m, const TrainingSpec& t)
-      : m_(m), t_(t), r_(t.precision), tokens_(double(t.micro_batch) * double(t.seq_len)) {}
+  Builder(const TransformerSpec& m, const TrainingSpec& t, const StageSpec& st)
+      : m_(m), t_(t), r_(t.precision), st_(st),
+        tokens_(double(t.micro_batch) * double(t.seq_len) / double(st.cp)),
+        sp_tokens_(st.sequence_parallel ? tokens_ / double(st.tp) : tokens_),
+        heads_(m.heads / st.tp),
+        kv_heads_(m.kv_heads >= st.tp ? m.kv_heads / st.tp : 1),
+        ffn_((m.ffn + st.tp - 1) / st.tp),
+        vocab_((m.vocab + st.tp - 1) / st.tp) {}
 
   Tape run() {
-    const int tokens = tensor("tokens", tokens_, Dtype::fp64, false);  // int64 ids
-    int x = embed(tokens);
-    for (std::int64_t l = 0; l < m_.layers; ++l) {
+    int x;
+    if (st_.embedding) {
+      const int tokens = tensor("tokens", tokens_, Dtype::fp64, false);  // int64 ids
+      x = embed(tokens);
+    } else {
+      // The previous stage's output arrives as a tensor that needs a gradient sent back.
+      x = tensor("stage_input", sp_tokens_ * double(m_.hidden), r_.residual);
+      tape_.input = x;
+    }
+    const std::int64_t last = st_.layers < 0 ? m_.layers : st_.first_layer + st_.layers;
+    for (std::int64_t l = st_.first_layer; l < last; ++l) {
       layer_ = int(l);
       if (t_.recompute == Recompute::full) region_ = tape_.regions++;
       x = block(x);
       region_ = -1;
     }
     layer_ = -1;
-    head_and_loss(x);
+    if (st_.head) {
+      head_and_loss(x);
+    } else {
+      tape_.output = x;
+    }
     return std::move(tape_);
   }
 
@@ -56,6 +74,18 @@ class Builder {
     g.name = std::move(name);
     return g;
   }
+
+  static Kernel comm_kernel(std::string name, CollectiveKind kind, CommGroup group, double bytes) {
+    Kernel k;
+    k.kind = KernelKind::collective;
+    k.coll = kind;
+    k.group = group;
+    k.bytes = bytes;
+    k.name = std::move(name);
+    return k;
+  }
+  bool tp() const { return st_.tp > 1; }
+  bool sp() const { return st_.tp > 1 && st_.sequence_parallel; }
 
   int push(OpRec op) {
     op.layer = layer_;
@@ -97,10 +127,16 @@ class Builder {
     return ew("to_" + std::string(to_string(d)), {x}, elems_[x], d);
   }
 
+  enum class Par { none, column, row };
+
   // nn.Linear (or a column/row slice of one under tensor parallelism). Under autocast the input
   // and the fp32 weight are cast to the compute dtype; the weight cast is cached for the rest of
   // the forward and saved for backward, its gradient cast back and accumulated into the fp32 grad.
-  int linear(const std::string& name, int x, std::int64_t in, std::int64_t out, bool bias) {
+  // Tensor parallelism (Megatron): a column-parallel linear sees the whole sequence (all-gathered
+  // from s/tp under sequence parallelism, re-gathered in backward instead of saved) and all-reduces
+  // (or reduce-scatters) its input gradient; a row-parallel one all-reduces (or reduce-scatters)
+  // its partial output. `in` and `out` are this rank's widths.
+  int linear(const std::string& name, int x, std::int64_t in, std::int64_t out, bool bias, Par par = Par::none) {
     const int param = tape_.add_param(prefix() + name, double(in) * double(out) + (bias ? double(out) : 0.0),
                                       trainable(name));
     const Dtype c = r_.compute == Dtype::fp8 ? Dtype::bf16 : r_.compute;  // fp8: operands quantised in the GEMM
@@ -137,14 +173,40 @@ class Builder {
     } else {
       op.param = param;
     }
-    const int y = tensor(name, tokens_ * double(out), c);
+    const bool col = par == Par::column && tp(), row = par == Par::row && tp();
+    const double base_rows = rows_override_ > 0 ? rows_override_ : elems_[xc] / double(in);
+    const double out_tokens = row && sp() ? sp_tokens_ : (col ? tokens_ : base_rows);
+    const int y = tensor(name, out_tokens * double(out), c);
     op.outputs = {y};
-    const auto t = static_cast<std::int64_t>(tokens_);
+    const auto t = static_cast<std::int64_t>(col ? tokens_ : base_rows);
+    const double act = dtype_bytes(c);
+    if (col && sp()) {
+      op.fwd.push_back(comm_kernel(name + "_allgather", CollectiveKind::all_gather, CommGroup::tp, tokens_ * double(in) * act));
+      op.fwd_workspace_bytes = tokens_ * double(in) * act;
+    }
     op.fwd.push_back(gemm_kernel(name, t, out, in, 1, r_.compute));
+    if (row) {
+      op.fwd.push_back(comm_kernel(name + (sp() ? "_reducescatter" : "_allreduce"),
+                                   sp() ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce, CommGroup::tp,
+                                   tokens_ * double(out) * act));
+      if (sp()) op.fwd_workspace_bytes = tokens_ * double(out) * act;
+      if (sp()) {
+        op.bwd.push_back(comm_kernel(name + "_grad_allgather", CollectiveKind::all_gather, CommGroup::tp, tokens_ * double(out) * act));
+        op.bwd_workspace_bytes = tokens_ * double(out) * act;
+      }
+    }
+    if (col && sp()) {
+      op.bwd.push_back(comm_kernel(name + "_regather", CollectiveKind::all_gather, CommGroup::tp, tokens_ * double(in) * act));
+      op.bwd_workspace_bytes = 2 * tokens_ * double(in) * act;
+    }
     if (needs_grad(xc)) op.bwd.push_back(gemm_kernel(name + "_dgrad", t, in, out, 1, r_.compute));
+    if (col && needs_grad(xc))
+      op.bwd.push_back(comm_kernel(name + (sp() ? "_grad_reducescatter" : "_grad_allreduce"),
+                                   sp() ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce, CommGroup::tp,
+                                   tokens_ * double(in) * act));
     if (!frozen) {
       op.bwd.push_back(gemm_kernel(name + "_wgrad", out, in, t, 1, r_.compute));
-      if (bias) op.bwd.push_back(mem_kernel(name + "_bgrad", tokens_ * double(out) * dtype_bytes(c), c));
+      if (bias) op.bwd.push_back(mem_kernel(name + "_bgrad", out_tokens * double(out) * act, c));
     }
     tape_.tensors[y].requires_grad = !frozen || needs_grad(xc);
     push(std::move(op));
@@ -176,7 +238,7 @@ class Builder {
 
   int norm(const std::string& name, int x) {
     const double elems = elems_[x];
-    const double rows = tokens_;
+    const double rows = elems / double(m_.hidden);
     if (r_.fused_kernels || m_.arch == Arch::gpt) {
       // One fused kernel (F.layer_norm, or Apex/TE fused RMSNorm): saves its input and the
       // per-row statistics; under autocast it runs in fp32.
@@ -215,24 +277,30 @@ class Builder {
   int embed(int tokens) {
     const Dtype d = r_.autocast ? r_.param : r_.residual;
     const double h = double(m_.hidden);
-    emb_param_ = tape_.add_param("embedding", double(m_.vocab) * h, !t_.lora);
-    const int e = tensor("embed", tokens_ * h, d);
+    emb_param_ = tape_.add_param("embedding", double(vocab_) * h, !t_.lora);
+    const int e = tensor("embed", (tp() ? sp_tokens_ : tokens_) * h, d);
     OpRec op;
     op.name = "embedding";
     op.inputs = {tokens};
     op.outputs = {e};
     op.saved = {tokens};
-    op.fwd.push_back(mem_kernel("embedding", bytes(e) * 2, d));
+    op.fwd.push_back(mem_kernel("embedding", tokens_ * h * dtype_bytes(d) * 2, d));
+    if (tp()) {
+      // Vocabulary-parallel: each rank looks up its slice, the partial rows are summed.
+      op.fwd.push_back(comm_kernel("embedding_allreduce", sp() ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
+                                   CommGroup::tp, tokens_ * h * dtype_bytes(d)));
+      if (sp()) op.fwd_workspace_bytes = tokens_ * h * dtype_bytes(d);
+    }
     if (!t_.lora) {
       op.param = emb_param_;
       // Dense embedding backward: zero the vocab x h gradient, then index-add the token rows.
-      op.bwd.push_back(mem_kernel("embedding_bwd", double(m_.vocab) * h * dtype_bytes(r_.grad) + 2 * bytes(e), d));
+      op.bwd.push_back(mem_kernel("embedding_bwd", double(vocab_) * h * dtype_bytes(r_.grad) + 2 * tokens_ * h * dtype_bytes(d), d));
     }
     push(std::move(op));
     if (m_.arch != Arch::gpt) return e;
     const int pos_param = tape_.add_param("position_embedding",
                                           double(m_.max_positions > 0 ? m_.max_positions : t_.seq_len) * h, !t_.lora);
-    const int p = tensor("pos_embed", double(t_.seq_len) * h, d);
+    const int p = tensor("pos_embed", double(t_.seq_len) / double(st_.cp) / (sp() ? double(st_.tp) : 1.0) * h, d);
     OpRec pop;
     pop.name = "position_embedding";
     pop.outputs = {p};
@@ -242,7 +310,7 @@ class Builder {
       pop.bwd.push_back(mem_kernel("position_embedding_bwd", 2 * bytes(e), d));
     }
     push(std::move(pop));
-    return ew("embed_add", {e, p}, tokens_ * h, d);
+    return ew("embed_add", {e, p}, elems_[e], d);
   }
 
   int dropout(const std::string& name, int x) {
@@ -257,8 +325,8 @@ class Builder {
   }
 
   int attention(int q, int k, int v) {
-    const double b = double(t_.micro_batch), s = double(t_.seq_len);
-    const double heads = double(m_.heads), hd = double(m_.hd());
+    const double b = double(t_.micro_batch), s = double(t_.seq_len) / double(st_.cp);
+    const double heads = double(heads_), hd = double(m_.hd());
     const Dtype c = dtype_[q];
     const bool selective = t_.recompute == Recompute::selective;
     const int outer_region = region_;
@@ -275,15 +343,26 @@ class Builder {
       Kernel kf;
       kf.kind = KernelKind::attention_fwd;
       kf.dtype = c;
-      kf.attn = AttentionShape{t_.micro_batch, m_.heads, t_.seq_len, m_.hd(), true};
+      kf.attn = AttentionShape{t_.micro_batch, heads_, t_.seq_len / st_.cp, m_.hd(), true,
+                               st_.cp > 1 ? t_.seq_len : 0};
       kf.name = "flash_fwd";
       Kernel kb = kf;
       kb.kind = KernelKind::attention_bwd;
       kb.name = "flash_bwd";
+      if (st_.cp > 1) {
+        // Ring attention: every rank's keys and values pass around the context-parallel group
+        // (overlapped with the blocks of attention in practice; counted exposed here), and their
+        // gradients come back the same way.
+        const double kv = tokens_ * double(kv_heads_) * hd * dtype_bytes(c) * 2;
+        op.fwd.push_back(comm_kernel("cp_kv_allgather", CollectiveKind::all_gather, CommGroup::cp, kv * double(st_.cp)));
+        op.bwd.push_back(comm_kernel("cp_kv_allgather", CollectiveKind::all_gather, CommGroup::cp, kv * double(st_.cp)));
+        op.bwd.push_back(comm_kernel("cp_dkv_reducescatter", CollectiveKind::reduce_scatter, CommGroup::cp, kv * double(st_.cp)));
+        op.fwd_workspace_bytes = kv * double(st_.cp);
+      }
       op.fwd.push_back(kf);
       op.bwd.push_back(kb);
       // FlashAttention-2's backward accumulates dQ in fp32 and keeps a row statistic per query.
-      op.bwd_workspace_bytes = tokens_ * heads * hd * 4 + b * heads * s * 4;
+      op.bwd_workspace_bytes += tokens_ * heads * hd * 4 + b * heads * s * 4;
       push(std::move(op));
     } else {
       // PyTorch's math path: scores and probabilities materialised per head.
@@ -332,51 +411,61 @@ class Builder {
   }
 
   int block(int x) {
-    const std::int64_t h = m_.hidden, f = m_.ffn;
+    const std::int64_t h = m_.hidden, f = ffn_;
     const Dtype rd = dtype_[x];
+    const std::int64_t qw = heads_ * m_.hd(), kvw = kv_heads_ * m_.hd();
     if (m_.arch == Arch::gpt) {
       const int n1 = norm("ln1", x);
-      const int qkv = linear("qkv", n1, h, m_.q_width() + 2 * m_.kv_width(), true);
+      const int qkv = linear("qkv", n1, h, qw + 2 * kvw, true, Par::column);
       // q, k and v are views of the fused projection: attention saves the one tensor.
       const int o = attention(qkv, qkv, qkv);
-      int pr = linear("proj", o, m_.q_width(), h, true);
+      int pr = linear("proj", o, qw, h, true, Par::row);
       pr = dropout("proj_dropout", pr);
       const int x2 = ew("residual1", {x, pr}, elems_[x], rd);
       const int n2 = norm("ln2", x2);
-      const int f1 = linear("fc1", n2, h, f, true);
+      const int f1 = linear("fc1", n2, h, f, true, Par::column);
       const int g = r_.fused_kernels ? ew("bias_gelu", {f1}, elems_[f1], dtype_[f1], {f1})
                                      : ew("gelu", {f1}, elems_[f1], dtype_[f1], {f1});
-      int f2 = linear("fc2", g, f, h, true);
+      int f2 = linear("fc2", g, f, h, true, Par::row);
       f2 = dropout("mlp_dropout", f2);
       return ew("residual2", {x2, f2}, elems_[x], rd);
     }
     const int n1 = norm("norm1", x);
-    int q = linear("q", n1, h, m_.q_width(), false);
-    int k = linear("k", n1, h, m_.kv_width(), false);
-    int v = linear("v", n1, h, m_.kv_width(), false);
-    q = rope("q", q);
-    k = rope("k", k);
-    if (m_.kv_heads < m_.heads && !r_.fused_kernels) {
-      // Eager GQA (Hugging Face repeat_kv): k and v expanded to every query head.
-      k = ew("k.repeat_kv", {k}, tokens_ * double(m_.q_width()), dtype_[k]);
-      v = ew("v.repeat_kv", {v}, tokens_ * double(m_.q_width()), dtype_[v]);
+    int q, k, v;
+    if (r_.fused_kernels) {
+      // Megatron: one fused QKV projection; q, k, v are views of it.
+      const int qkv = linear("qkv", n1, h, qw + 2 * kvw, false, Par::column);
+      q = rope("q", qkv);
+      k = v = q;
+    } else {
+      q = linear("q", n1, h, qw, false, Par::column);
+      k = linear("k", n1, h, kvw, false, Par::column);
+      v = linear("v", n1, h, kvw, false, Par::column);
+      q = rope("q", q);
+      k = rope("k", k);
+      if (kv_heads_ < heads_) {
+        // Eager GQA (Hugging Face repeat_kv): k and v expanded to every query head.
+        k = ew("k.repeat_kv", {k}, tokens_ * double(qw), dtype_[k]);
+        v = ew("v.repeat_kv", {v}, tokens_ * double(qw), dtype_[v]);
+      }
     }
     const int o = attention(q, k, v);
-    int op = linear("o", o, m_.q_width(), h, false);
+    int op = linear("o", o, qw, h, false, Par::row);
     op = dropout("o_dropout", op);
     const int x2 = ew("residual1", {x, op}, elems_[x], rd);
     const int n2 = norm("norm2", x2);
     if (m_.experts > 1) return moe(x2, n2);
-    const int g = linear("gate", n2, h, f, false);
-    const int u = linear("up", n2, h, f, false);
     int a;
     if (r_.fused_kernels) {
-      a = ew("swiglu", {g, u}, elems_[g], dtype_[g], {g, u});
+      const int gu = linear("gate_up", n2, h, 2 * f, false, Par::column);
+      a = ew("swiglu", {gu}, elems_[gu] / 2, dtype_[gu], {gu});
     } else {
+      const int g = linear("gate", n2, h, f, false, Par::column);
+      const int u = linear("up", n2, h, f, false, Par::column);
       const int sg = ew("silu", {g}, elems_[g], dtype_[g], {g});
       a = ew("swiglu_mul", {sg, u}, elems_[g], dtype_[g], {sg, u});
     }
-    int d = linear("down", a, f, h, false);
+    int d = linear("down", a, f, h, false, Par::row);
     d = dropout("mlp_dropout", d);
     return ew("residual2", {x2, d}, elems_[x], rd);
   }
@@ -384,15 +473,20 @@ class Builder {
   // Mixture of experts on one GPU: a router, then each token through top_k experts. The expert
   // GEMMs see tokens*top_k/experts rows each (balanced routing).
   int moe(int x2, int n2) {
-    const std::int64_t h = m_.hidden, f = m_.ffn, e = m_.experts;
+    // Expert parallelism: experts / ep experts per rank; tokens reach them by an all-to-all
+    // (dispatch) and come back by another (combine), forward and backward.
+    const std::int64_t h = m_.hidden, f = m_.ffn, e = m_.experts, local = std::max<std::int64_t>(1, e / st_.ep);
     const int logits = linear("router", n2, h, e, false);
     const int probs = ew("router_softmax", {logits}, elems_[logits], Dtype::fp32, {}, true);
-    const double routed = tokens_ * double(m_.top_k);
-    const int disp = ew("dispatch", {n2, probs}, routed * double(h), dtype_[n2]);
-    const double saved_tokens = tokens_;
-    tokens_ = routed / double(e);
+    const double routed = elems_[n2] / double(h) * double(m_.top_k);
+    int disp = ew("dispatch", {n2, probs}, routed * double(h), dtype_[n2]);
+    if (st_.ep > 1) {
+      tape_.ops.back().fwd.push_back(comm_kernel("moe_dispatch_alltoall", CollectiveKind::all_to_all, CommGroup::ep, bytes(disp)));
+      tape_.ops.back().bwd.push_back(comm_kernel("moe_dispatch_alltoall_bwd", CollectiveKind::all_to_all, CommGroup::ep, bytes(disp)));
+    }
+    rows_override_ = routed / double(local);
     int acc = -1;
-    for (std::int64_t i = 0; i < e; ++i) {
+    for (std::int64_t i = 0; i < local; ++i) {
       const std::string p = "expert" + std::to_string(i) + ".";
       const int g = linear(p + "gate", disp, h, f, false);
       const int u = linear(p + "up", disp, h, f, false);
@@ -401,30 +495,36 @@ class Builder {
       const int d = linear(p + "down", a, f, h, false);
       acc = acc < 0 ? d : ew(p + "gather", {acc, d}, elems_[d], dtype_[d]);
     }
-    tokens_ = saved_tokens;
-    const int comb = ew("combine", {acc, probs}, tokens_ * double(h), dtype_[acc], {probs});
+    rows_override_ = 0;
+    const int comb = ew("combine", {acc, probs}, elems_[n2], dtype_[acc], {probs});
+    if (st_.ep > 1) {
+      tape_.ops.back().fwd.push_back(comm_kernel("moe_combine_alltoall", CollectiveKind::all_to_all, CommGroup::ep, routed * double(h) * dtype_bytes(dtype_[acc])));
+      tape_.ops.back().bwd.push_back(comm_kernel("moe_combine_alltoall_bwd", CollectiveKind::all_to_all, CommGroup::ep, routed * double(h) * dtype_bytes(dtype_[acc])));
+    }
     return ew("residual2", {x2, comb}, elems_[x2], dtype_[x2]);
   }
 
   void head_and_loss(int x) {
     const int n = norm(m_.arch == Arch::gpt ? "ln_f" : "norm_f", x);
-    const double v = double(m_.vocab);
+    const double v = double(vocab_);
     const std::int64_t h = m_.hidden;
     int logits;
-    if (m_.tied_embeddings) {
+    if (m_.tied_embeddings && st_.embedding) {
       // The LM head multiplies by the embedding matrix: its gradient accumulates into the same
       // parameter, so no second parameter is counted.
       const int before = int(tape_.params.size());
-      logits = linear("lm_head", n, h, m_.vocab, false);
+      logits = linear("lm_head", n, h, vocab_, false, Par::column);
       tape_.params[before].count = 0;
       for (auto& op : tape_.ops)
         if (op.param == before) op.param = emb_param_;
     } else {
-      logits = linear("lm_head", n, h, m_.vocab, false);
+      // Untied, or tied across pipeline stages: the last stage holds its own copy of the matrix
+      // (Megatron keeps both copies and all-reduces their gradients).
+      logits = linear("lm_head", n, h, vocab_, false, Par::column);
     }
-    if (r_.fused_kernels) {
-      // Megatron's cross-entropy: the fp32 softmax is kept for backward, whose gradient is written
-      // in place of it.
+    if (r_.fused_kernels || tp()) {
+      // Megatron's (vocabulary-parallel) cross-entropy: the fp32 softmax is kept for backward,
+      // whose gradient is written in place of it; max, sum and target logit are all-reduced.
       const int sm = tensor("softmax_fp32", tokens_ * v, Dtype::fp32, false);
       const int loss = tensor("loss", 1, Dtype::fp32);
       OpRec ce;
@@ -433,6 +533,9 @@ class Builder {
       ce.outputs = {loss, sm};
       ce.saved = {sm};
       ce.fwd.push_back(mem_kernel("cross_entropy", bytes(logits) + 2 * bytes(sm), Dtype::fp32));
+      if (tp())
+        for (const char* what : {"ce_max_allreduce", "ce_sum_allreduce", "ce_target_allreduce"})
+          ce.fwd.push_back(comm_kernel(what, CollectiveKind::all_reduce, CommGroup::tp, tokens_ * 4));
       ce.bwd.push_back(mem_kernel("cross_entropy_bwd", bytes(sm) + bytes(logits), Dtype::fp32));
       push(std::move(ce));
       return;
@@ -448,7 +551,11 @@ class Builder {
   const TransformerSpec& m_;
   TrainingSpec t_;
   const PrecisionRecipe& r_ = t_.precision;
-  double tokens_;
+  StageSpec st_;
+  double tokens_;     // tokens of this rank's sequence slice (micro_batch * seq / cp)
+  double sp_tokens_;  // tokens in the sequence-parallel regions (tokens_ / tp with SP)
+  std::int64_t heads_, kv_heads_, ffn_, vocab_;  // this rank's share under tensor parallelism
+  double rows_override_ = 0;  // tokens an expert's linears see (MoE)
   Tape tape_;
   std::vector<Dtype> dtype_;
   std::vector<double> elems_;
@@ -460,9 +567,8 @@ class Builder {
 
 }  // namespace
 
-Tape build_step_tape(const TransformerSpec& model, const TrainingSpec& training, ShardSpec shard) {
-  (void)shard;
-  return Builder(model, training).run();
+Tape build_step_tape(const TransformerSpec& model, const TrainingSpec& training, StageSpec stage) {
+  return Builder(model, training, stage).run();
 }
 
 }  // namespace scaleout

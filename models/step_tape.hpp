@@ -8,11 +8,22 @@
 
 namespace scaleout {
 
-struct ShardSpec {
-  std::int64_t tp = 1;          // tensor-parallel degree dividing heads, ffn, vocab
+// What one rank computes: a range of layers (a pipeline stage or one of its virtual chunks), with
+// or without the embedding and the head, sharded by tensor parallelism (Megatron: column- and
+// row-parallel linears, heads and ffn split, vocabulary-parallel embedding and loss; with
+// sequence parallelism the norms and residuals on s/tp tokens), context parallelism (s/cp
+// tokens per rank, keys and values gathered over the ring) and expert parallelism.
+struct StageSpec {
+  std::int64_t first_layer = 0;
+  std::int64_t layers = -1;  // -1: all of the model's layers
+  bool embedding = true;
+  bool head = true;
+  std::int64_t tp = 1;
   bool sequence_parallel = false;
+  std::int64_t cp = 1;
+  std::int64_t ep = 1;
 };
 
-Tape build_step_tape(const TransformerSpec& model, const TrainingSpec& training, ShardSpec shard = {});
+Tape build_step_tape(const TransformerSpec& model, const TrainingSpec& training, StageSpec stage = {});
 
 }  // namespace scaleout

@@ -40,9 +40,12 @@ struct OpRec {
   std::vector<Kernel> fwd, bwd;
   int param = -1;                 // parameter whose gradient this op's backward produces
   double bwd_workspace_bytes = 0;  // scratch allocated for the backward kernels only
+  double fwd_workspace_bytes = 0;  // scratch allocated for the forward kernels only
 };
 
 struct Tape {
+  int input = -1;   // the tensor received from the previous pipeline stage (-1: token ids)
+  int output = -1;  // the tensor sent to the next pipeline stage (-1: the loss)
   std::vector<TensorRec> tensors;
   std::vector<ParamRec> params;
   std::vector<OpRec> ops;

@@ -9,11 +9,10 @@
 //   send/recv:            a + S / B
 #include <cstdint>
 
+#include "hardware/kernel.hpp"  // CollectiveKind
 #include "sim/engine/time.hpp"
 
 namespace scaleout {
-
-enum class CollectiveKind : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, send_recv };
 
 // Seconds for a collective over p ranks of S bytes on links of bandwidth B (bytes/s per rank,
 // each direction) and per-step latency a.

@@ -49,7 +49,7 @@ static std::string g_log_prefix = "harness";
 
 void set_log_prefix(const std::string& prefix) { g_log_prefix = prefix; }
 
-void logf(const char* fmt, ...) {
+void log_msg(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   char buf[1024];
@@ -341,7 +341,8 @@ Timing time_op(cudaStream_t stream, const LaunchFn& fn, const TimingOptions& o, 
   double op_s = 0;
   for (int attempt = 0; attempt < 2; ++attempt) {
     const int n = attempt == 0 ? 1 : 20;
-    if (cudaEventRecord(est.events[0], stream) != cudaSuccess) return fail(cuda_error(cudaGetLastError(), "cudaEventRecord"));
+    const cudaError_t rec = cudaEventRecord(est.events[0], stream);
+    if (rec != cudaSuccess) return fail(cuda_error(rec, "cudaEventRecord"));
     for (int i = 0; i < n; ++i) {
       std::string err = fn(stream, i);
       if (!err.empty()) return fail(err);

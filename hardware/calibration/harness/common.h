@@ -31,7 +31,7 @@ std::string cuda_error(cudaError_t e, const char* what);
 std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // Progress log on stderr (unbuffered), prefixed with the phase name.
-void logf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_msg(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void set_log_prefix(const std::string& prefix);
 
 // Returns an error string from a CUDA call inside a function that returns std::string.

@@ -343,7 +343,7 @@ void check_case(PhaseContext& ctx, cublasLtHandle_t lt, const float* d_one, void
   std::string err = run();
   if (!err.empty()) e.boolean("ok", false).str("error", err);
   ctx.emit(e);
-  logf("check %s %s: %s", gemm_dtype_name(type), nt ? "nt" : "nn", err.empty() ? "done" : err.c_str());
+  log_msg("check %s %s: %s", gemm_dtype_name(type), nt ? "nt" : "nn", err.empty() ? "done" : err.c_str());
 }
 
 }  // namespace
@@ -362,7 +362,7 @@ PlanSummary plan_gemm(bool quick) {
 
 void run_gemm_phase(PhaseContext& ctx) {
   const std::vector<GemmCase> plan = build_plan(ctx.quick);
-  logf("%zu GEMM cases", plan.size());
+  log_msg("%zu GEMM cases", plan.size());
 
   cublasLtHandle_t lt = nullptr;
   {
@@ -404,7 +404,7 @@ void run_gemm_phase(PhaseContext& ctx) {
     ctx.emit(e);
     return;
   }
-  logf("arenas: A %.2f GB, B %.2f GB, C %.2f GB", need_a / 1e9, need_b / 1e9, need_c / 1e9);
+  log_msg("arenas: A %.2f GB, B %.2f GB, C %.2f GB", need_a / 1e9, need_b / 1e9, need_c / 1e9);
   const float* d_one = ar.one.as<float>();
 
   // Correctness of the operand mapping, once per dtype and layout.
@@ -452,7 +452,7 @@ void run_gemm_phase(PhaseContext& ctx) {
     if (!serr.empty()) {
       e.null("time_s").str("error", serr);
       ctx.emit(e);
-      logf("%s %s %lldx%lldx%lld: %s", gemm_dtype_name(c.type), c.tag.c_str(), (long long)c.m, (long long)c.n,
+      log_msg("%s %s %lldx%lldx%lld: %s", gemm_dtype_name(c.type), c.tag.c_str(), (long long)c.m, (long long)c.n,
            (long long)c.k, serr.c_str());
       continue;
     }
@@ -483,10 +483,10 @@ void run_gemm_phase(PhaseContext& ctx) {
     e.num("waves", d.heur.wavesCount);
     ctx.emit(e);
     if (t.ok)
-      logf("%s %s %s %lldx%lldx%lld: %.4f ms %.1f TFLOP/s", gemm_dtype_name(c.type), c.nt ? "nt" : "nn", c.tag.c_str(),
+      log_msg("%s %s %s %lldx%lldx%lld: %.4f ms %.1f TFLOP/s", gemm_dtype_name(c.type), c.nt ? "nt" : "nn", c.tag.c_str(),
            (long long)c.m, (long long)c.n, (long long)c.k, t.median_s * 1e3, 2.0 * c.m * c.n * c.k / t.median_s / 1e12);
     else
-      logf("%s %s %lldx%lldx%lld: %s", gemm_dtype_name(c.type), c.tag.c_str(), (long long)c.m, (long long)c.n,
+      log_msg("%s %s %lldx%lldx%lld: %s", gemm_dtype_name(c.type), c.tag.c_str(), (long long)c.m, (long long)c.n,
            (long long)c.k, t.error.c_str());
   }
 }

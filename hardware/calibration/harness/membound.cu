@@ -411,7 +411,7 @@ void run_membound_phase(PhaseContext& ctx) {
     ctx.emit(e);
     return;
   }
-  logf("arena %.2f GB, %zu cases", arena_bytes / 1e9, plan.size());
+  log_msg("arena %.2f GB, %zu cases", arena_bytes / 1e9, plan.size());
   const TimingOptions opts = mem_timing(ctx.quick);
   char* base = arena.as<char>();
 
@@ -530,10 +530,10 @@ void run_membound_phase(PhaseContext& ctx) {
     if (t.ok) e.num("gbps", static_cast<double>(l.moved) / t.median_s / 1e9);
     ctx.emit(e);
     if (t.ok)
-      logf("%s %zu B (row %d): %.4f ms %.0f GB/s", op_name(c.op), c.size, c.row, t.median_s * 1e3,
+      log_msg("%s %zu B (row %d): %.4f ms %.0f GB/s", op_name(c.op), c.size, c.row, t.median_s * 1e3,
            static_cast<double>(l.moved) / t.median_s / 1e9);
     else
-      logf("%s %zu B: %s", op_name(c.op), c.size, t.error.c_str());
+      log_msg("%s %zu B: %s", op_name(c.op), c.size, t.error.c_str());
   }
 }
 

@@ -117,10 +117,10 @@ void run_pcie_phase(PhaseContext& ctx) {
         if (t.ok) e.num("gbps", static_cast<double>(bytes) / t.median_s / 1e9);
         ctx.emit(e);
         if (t.ok)
-          logf("%s %s %zu B: %.4f ms %.2f GB/s", h2d ? "h2d" : "d2h", pinned ? "pinned" : "pageable", bytes,
+          log_msg("%s %s %zu B: %.4f ms %.2f GB/s", h2d ? "h2d" : "d2h", pinned ? "pinned" : "pageable", bytes,
                t.median_s * 1e3, bytes / t.median_s / 1e9);
         else
-          logf("%s %s %zu B: %s", h2d ? "h2d" : "d2h", pinned ? "pinned" : "pageable", bytes, t.error.c_str());
+          log_msg("%s %s %zu B: %s", h2d ? "h2d" : "d2h", pinned ? "pinned" : "pageable", bytes, t.error.c_str());
       }
     }
   }
@@ -175,10 +175,10 @@ void emit_launch(PhaseContext& ctx, const char* what, const std::string& err, co
   if (err.empty() && !per_op.empty()) {
     const Stats s = stats_of(per_op);
     e.num("time_s", s.median).num("min_s", s.min).integer("iters", iters).integer("reps", (int64_t)per_op.size());
-    logf("%s: %.3f us", what, s.median * 1e6);
+    log_msg("%s: %.3f us", what, s.median * 1e6);
   } else {
     e.null("time_s").str("error", err.empty() ? "no data" : err);
-    logf("%s: %s", what, err.c_str());
+    log_msg("%s: %s", what, err.c_str());
   }
   e.str("note", note);
   ctx.emit(e);
