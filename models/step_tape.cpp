@@ -138,7 +138,7 @@ class Builder {
   // its partial output. `in` and `out` are this rank's widths.
   int linear(const std::string& name, int x, std::int64_t in, std::int64_t out, bool bias, Par par = Par::none) {
     const int param = tape_.add_param(prefix() + name, double(in) * double(out) + (bias ? double(out) : 0.0),
-                                      trainable(name));
+                                      trainable(name), layer_);
     const Dtype c = r_.compute == Dtype::fp8 ? Dtype::bf16 : r_.compute;  // fp8: operands quantised in the GEMM
     const bool frozen = !tape_.params[param].trainable;
     int xc = r_.autocast ? cast(x, c) : x;
@@ -251,7 +251,7 @@ class Builder {
       op.inputs = {xin};
       op.outputs = {y, stats};
       op.saved = {xin, stats};
-      op.param = tape_.add_param(prefix() + name, double(m_.hidden) * (m_.arch == Arch::gpt ? 2 : 1), !t_.lora);
+      op.param = tape_.add_param(prefix() + name, double(m_.hidden) * (m_.arch == Arch::gpt ? 2 : 1), !t_.lora, layer_);
       if (!tape_.params[op.param].trainable) op.param = -1;
       op.fwd.push_back(mem_kernel(name, bytes(xin) + bytes(y), od));
       op.bwd.push_back(mem_kernel(name + "_bwd", bytes(y) + 2 * bytes(xin), od));
@@ -269,7 +269,7 @@ class Builder {
     const Dtype od = r_.autocast ? Dtype::fp32 : dtype_[x];
     const int y = ew(name + ".weight", {nc}, elems, od, {nc});
     OpRec& last = tape_.ops.back();
-    last.param = tape_.add_param(prefix() + name, double(m_.hidden), !t_.lora);
+    last.param = tape_.add_param(prefix() + name, double(m_.hidden), !t_.lora, layer_);
     if (!tape_.params[last.param].trainable) last.param = -1;
     return y;
   }

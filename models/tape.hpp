@@ -30,6 +30,7 @@ struct ParamRec {
   std::string name;
   double count = 0;      // elements
   bool trainable = true;
+  int layer = -1;        // -1: embedding, final norm, head
 };
 
 struct OpRec {
@@ -56,8 +57,8 @@ struct Tape {
     tensors.push_back(TensorRec{std::move(name), bytes, cat, requires_grad, false, -1});
     return int(tensors.size()) - 1;
   }
-  int add_param(std::string name, double count, bool trainable = true) {
-    params.push_back(ParamRec{std::move(name), count, trainable});
+  int add_param(std::string name, double count, bool trainable = true, int layer = -1) {
+    params.push_back(ParamRec{std::move(name), count, trainable, layer});
     return int(params.size()) - 1;
   }
   int add_op(OpRec op) {

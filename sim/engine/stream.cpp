@@ -17,7 +17,7 @@ TaskId StreamExecutor::add_task(StreamId stream, Time duration, std::span<const 
   t.stream = stream;
   t.tag = tag;
   for (TaskId d : deps) {
-    SCALEOUT_CHECK(d < id, "a task may only depend on earlier tasks");
+    SCALEOUT_CHECK(d < id, "add(): dependencies on later tasks go through add_dependency()");
     if (!tasks_[d].done) {
       ++t.pending_deps;
       tasks_[d].dependents.push_back(id);
@@ -41,6 +41,14 @@ TaskId StreamExecutor::add_launched(StreamId stream, Launcher launcher, std::spa
   tasks_[id].launcher = static_cast<std::uint32_t>(launchers_.size());
   if (started_) try_start(stream);
   return id;
+}
+
+void StreamExecutor::add_dependency(TaskId task, TaskId dep) {
+  SCALEOUT_CHECK(task < tasks_.size() && dep < tasks_.size() && task != dep, "add_dependency: unknown task");
+  SCALEOUT_CHECK(!tasks_[task].running && !tasks_[task].done, "add_dependency: task already started");
+  if (tasks_[dep].done) return;
+  ++tasks_[task].pending_deps;
+  tasks_[dep].dependents.push_back(task);
 }
 
 void StreamExecutor::start() {

@@ -3,7 +3,8 @@
 // (a CUDA stream, a host thread issuing launches, a NIC queue); a task may also wait for tasks on
 // other streams (an event wait). A task either lasts a fixed duration or is started by a launcher
 // that calls finish() itself (a flow on a network whose duration depends on contention).
-// Tasks may only depend on tasks added before them, so the graph is acyclic by construction.
+// Dependencies on tasks added later (a pipeline stage waiting for its successor's gradient) are
+// added with add_dependency() before start(); a cycle shows as tasks left unfinished.
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -31,6 +32,8 @@ class StreamExecutor {
   }
   TaskId add_launched(StreamId stream, Launcher launcher, std::span<const TaskId> deps, std::uint32_t tag = 0);
 
+  // `task` also waits for `dep`; both must exist and `task` must not have started.
+  void add_dependency(TaskId task, TaskId dep);
   // Makes every task whose dependencies are met start; call once after building the graph (tasks
   // may still be added later, e.g. by hooks).
   void start();

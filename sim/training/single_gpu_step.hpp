@@ -10,6 +10,7 @@
 #include "models/training.hpp"
 #include "models/transformer.hpp"
 #include "sim/training/memory_tracker.hpp"
+#include "sim/training/parallel.hpp"
 
 namespace scaleout {
 
@@ -18,6 +19,7 @@ struct StepConfig {
   TrainingSpec training;
   GpuSpec gpu;
   ComputeProfile profile;
+  ParallelPlan parallel;
   bool keep_trace = false;
   // What the process holds beyond its tensors: the CUDA context, cuBLAS/cuDNN workspaces (outside
   // torch's allocator), and the caching allocator's fragmentation, as a fraction of the peak.
@@ -27,7 +29,8 @@ struct StepConfig {
 
 struct TraceSpan {
   std::string name;
-  int track = 0;  // 0: host, 1: compute stream
+  int rank = 0;   // the simulated rank (a pipeline stage)
+  int track = 0;  // 0: host, 1: compute stream, 2: data-parallel comm, 3/4: pipeline sends
   Time start, end;
 };
 
@@ -43,6 +46,11 @@ struct StepResult {
   double capacity_bytes = 0;
   std::array<double, kMemCategoryCount> peak_breakdown{};
   double compute_s = 0, recompute_s = 0, optimizer_s = 0, host_stall_s = 0;
+  double exposed_comm_s = 0, pipeline_bubble_s = 0;
+  double tp_comm_s = 0, dp_comm_exposed_s = 0, pp_comm_s = 0, cp_comm_s = 0, ep_comm_s = 0;
+  double dp_comm_total_s = 0;        // all data-parallel traffic, overlapped or not
+  std::vector<double> rank_peak_bytes;  // per simulated rank (pipeline stage)
+  int busiest_rank = 0;
   double params_total = 0, params_trainable = 0;
   std::int64_t micro_batches = 1;
   std::uint64_t kernels = 0;

@@ -108,3 +108,25 @@ TEST_CASE("a launched task completes when its launcher says so", "[sim]") {
   CHECK(ex.finish_time(t) == Time::from_us(7));
   CHECK(ex.finish_time(after) == Time::from_us(8));
 }
+
+TEST_CASE("a dependency on a later task, and a cycle leaves tasks unfinished", "[sim]") {
+  Simulator sim;
+  StreamExecutor ex(sim);
+  const StreamId a = ex.add_stream(), b = ex.add_stream();
+  const TaskId first = ex.add(a, Time::from_us(1));
+  const TaskId later = ex.add(b, Time::from_us(4));
+  ex.add_dependency(first, later);
+  ex.start();
+  sim.run();
+  CHECK(ex.start_time(first) == Time::from_us(4));
+
+  Simulator sim2;
+  StreamExecutor cyc(sim2);
+  const StreamId s1 = cyc.add_stream(), s2 = cyc.add_stream();
+  const TaskId x = cyc.add(s1, Time::from_us(1));
+  const TaskId y = cyc.add(s2, Time::from_us(1), {x});
+  cyc.add_dependency(x, y);
+  cyc.start();
+  sim2.run();
+  CHECK_FALSE(cyc.all_finished());
+}

@@ -46,14 +46,15 @@ struct Phase {
 };
 
 // Order matters twice: a phase gets weight / (sum of the weights still to come)
-// of the remaining time, and the riskiest phase (attention: a third-party graph
-// API and our own kernels) runs last.
+// of the remaining time, and the riskiest phases (attention: a graph API we
+// cannot test here, then our own untuned kernels) run last.
 const Phase kPhases[] = {
     {"launch", 0.03, run_launch_phase, plan_launch},
-    {"membound", 0.14, run_membound_phase, plan_membound},
-    {"pcie", 0.07, run_pcie_phase, plan_pcie},
-    {"gemm", 0.46, run_gemm_phase, plan_gemm},
-    {"attention", 0.30, run_attention_phase, plan_attention},
+    {"membound", 0.12, run_membound_phase, plan_membound},
+    {"pcie", 0.06, run_pcie_phase, plan_pcie},
+    {"gemm", 0.45, run_gemm_phase, plan_gemm},
+    {"attention", 0.24, run_attention_phase, plan_attention},          // cuDNN
+    {"attention_own", 0.10, run_attention_own_phase, plan_attention_own},  // own kernels
 };
 
 struct Options {
@@ -64,20 +65,22 @@ struct Options {
   int device = 0;
   bool fork = true;
   bool list = false;
+  bool selftest = false;
   std::string summarize;
   std::string args;
 };
 
 void usage() {
   fprintf(stderr,
-          "usage: scaleout-harness --out FILE.json [--quick] [--only gemm,attention,membound,pcie,launch]\n"
+          "usage: scaleout-harness --out FILE.json [--quick] [--only gemm,attention,attention_own,membound,pcie,launch]\n"
           "                        [--budget-s 240] [--device N] [--no-fork] [--list] [--summarize FILE.json]\n"
           "  --quick      small plan (a smoke test of every phase, ~30 s)\n"
-          "  --only       comma-separated phases to run (default: all)\n"
+          "  --only       comma-separated phases to run (default: all; a prefix selects every phase it starts)\n"
           "  --budget-s   wall-clock budget of the whole run; no new measurement starts past it\n"
           "  --no-fork    run the phases in this process (debugging; a crash ends the run)\n"
           "  --list       print the plan (entries, predicted H200 seconds) without touching the GPU\n"
-          "  --summarize  print the summary table of an existing output file\n");
+          "  --summarize  print the summary table of an existing output file\n"
+          "  --selftest-cudnn-graph  build the cuDNN attention graphs as far as possible and print where they stop\n");
 }
 
 bool parse_args(int argc, char** argv, Options* o) {
@@ -111,6 +114,8 @@ bool parse_args(int argc, char** argv, Options* o) {
       o->fork = false;
     } else if (a == "--list") {
       o->list = true;
+    } else if (a == "--selftest-cudnn-graph") {
+      o->selftest = true;
     } else if (a == "--summarize") {
       if (!next(&o->summarize)) return false;
     } else if (a == "--help" || a == "-h") {
@@ -122,18 +127,21 @@ bool parse_args(int argc, char** argv, Options* o) {
   }
   for (const auto& p : o->only) {
     bool known = false;
-    for (const auto& ph : kPhases) known |= p == ph.name;
+    for (const auto& ph : kPhases) known |= std::string(ph.name).rfind(p, 0) == 0;
     if (!known) {
       fprintf(stderr, "unknown phase in --only: %s\n", p.c_str());
       return false;
     }
   }
-  return o->list || !o->summarize.empty() || !o->out.empty();
+  return o->list || o->selftest || !o->summarize.empty() || !o->out.empty();
 }
 
+// "--only attention" selects both attention phases (prefix match).
 bool selected(const Options& o, const char* name) {
   if (o.only.empty()) return true;
-  return std::find(o.only.begin(), o.only.end(), name) != o.only.end();
+  for (const auto& p : o.only)
+    if (std::string(name).rfind(p, 0) == 0) return true;
+  return false;
 }
 
 std::string iso8601_utc() {
@@ -191,6 +199,19 @@ int info_main(const Options& o, const std::string& part) {
 int phase_main(const Phase& ph, const Options& o, double deadline, const std::string& part) {
   set_log_prefix(ph.name);
   Sink sink(part);
+  // Test hooks for the parent's watchdog (no GPU needed): HARNESS_TEST_HANG=<phase>
+  // makes the phase hang after one entry, HARNESS_TEST_CRASH=<phase> makes it segfault.
+  for (const char* var : {"HARNESS_TEST_HANG", "HARNESS_TEST_CRASH"}) {
+    const char* v = getenv(var);
+    if (v && strcmp(v, ph.name) == 0) {
+      JsonObject e;
+      e.str("kind", ph.name).str("note", std::string("test hook ") + var);
+      sink.emit(e);
+      if (strcmp(var, "HARNESS_TEST_HANG") == 0)
+        while (true) pause();
+      raise(SIGSEGV);
+    }
+  }
   DeviceInfo dev;
   std::string err = query_device(o.device, &dev);
   cudaStream_t stream = nullptr;
@@ -333,12 +354,15 @@ std::string describe_status(int status) {
   return "unknown";
 }
 
-// Runs fn in a child process until it exits or kill_at passes. Returns the
-// wait status; *timed_out tells whether the parent killed it. on_tick runs
-// about once a second while waiting.
-int run_child(const std::function<int()>& fn, bool use_fork, double kill_at, bool* timed_out,
-              const std::function<void()>& on_tick) {
-  *timed_out = false;
+constexpr double kStallLimit_s = 60.0;  // no new entry for this long: the child is hung
+
+// Runs fn in a child process until it exits, kill_at passes, or it stalls (no
+// new entry for kStallLimit_s). Returns the wait status; *killed says why the
+// parent killed it ("" if it did not). on_tick runs about once a second while
+// waiting and returns the number of entries written so far.
+int run_child(const std::function<int()>& fn, bool use_fork, double kill_at, std::string* killed,
+              const std::function<size_t()>& on_tick) {
+  killed->clear();
   if (!use_fork) {
     const int rc = fn();
     return (rc & 0xff) << 8;  // shaped like a wait status with WIFEXITED
@@ -356,14 +380,16 @@ int run_child(const std::function<int()>& fn, bool use_fork, double kill_at, boo
     _exit(rc);
   }
   int status = 0;
-  double last_tick = now_s();
+  double last_tick = now_s(), last_progress = now_s();
+  size_t entries = 0;
   while (true) {
     const pid_t r = waitpid(pid, &status, WNOHANG);
     if (r == pid) break;
     if (r < 0 && errno != EINTR) break;
     const double t = now_s();
-    if (g_stop || t > kill_at) {
-      *timed_out = !g_stop;
+    const bool stalled = t - last_progress > kStallLimit_s;
+    if (g_stop || t > kill_at || stalled) {
+      if (!g_stop) *killed = stalled ? strprintf("killed: no new entry for %.0f s", kStallLimit_s) : "killed: phase deadline passed";
       kill(pid, SIGTERM);
       for (int i = 0; i < 20; ++i) {  // up to 2 s to exit, then SIGKILL
         if (waitpid(pid, &status, WNOHANG) == pid) return status;
@@ -374,7 +400,11 @@ int run_child(const std::function<int()>& fn, bool use_fork, double kill_at, boo
       return status;
     }
     if (t - last_tick >= 1.0) {
-      on_tick();
+      const size_t n = on_tick();
+      if (n != entries) {
+        entries = n;
+        last_progress = t;
+      }
       last_tick = t;
     }
     usleep(50000);
@@ -545,15 +575,15 @@ int summarize_file(const std::string& path) {
 int list_plan(const Options& o) {
   double total = 0;
   int entries = 0;
-  printf("%-10s %8s %12s\n", "phase", "entries", "predicted_s");
+  printf("%-14s %8s %12s\n", "phase", "entries", "predicted_s");
   for (const auto& ph : kPhases) {
     if (!selected(o, ph.name)) continue;
     const PlanSummary s = ph.plan(o.quick);
-    printf("%-10s %8d %12.1f\n", ph.name, s.entries, s.predicted_s);
+    printf("%-14s %8d %12.1f\n", ph.name, s.entries, s.predicted_s);
     total += s.predicted_s;
     entries += s.entries;
   }
-  printf("%-10s %8d %12.1f   (plus ~1-2 s of CUDA start-up per phase; budget %.0f s)\n", "total", entries, total,
+  printf("%-14s %8d %12.1f   (plus ~1-2 s of CUDA start-up per phase; budget %.0f s)\n", "total", entries, total,
          o.budget_s);
   return 0;
 }
@@ -569,6 +599,7 @@ int main(int argc, char** argv) {
     return 64;
   }
   if (opt.list) return list_plan(opt);
+  if (opt.selftest) return cudnn_graph_selftest();
   if (!opt.summarize.empty()) return summarize_file(opt.summarize);
 
   RunState st;
@@ -600,15 +631,15 @@ int main(int argc, char** argv) {
   // 1. Device and library information.
   {
     const std::string part = parts + "/info.jsonl";
-    bool timed_out = false;
+    std::string killed;
     const int status = run_child([&]() { return info_main(opt, part); }, opt.fork,
-                                 std::min(total_deadline, now_s() + 60.0), &timed_out, [] {});
+                                 std::min(total_deadline, now_s() + 60.0), &killed, [] { return size_t(0); });
     for (const auto& l : read_lines(part)) {
       const std::string prefix = "{\"_info\":{";
       if (l.rfind(prefix, 0) == 0 && l.size() > prefix.size() + 2) st.info_fields = l.substr(prefix.size(), l.size() - prefix.size() - 2);
     }
     if (st.info_fields.empty())
-      st.info_fields = "\"gpu\":null,\"info_error\":" + json_escape(timed_out ? "timed out" : describe_status(status));
+      st.info_fields = "\"gpu\":null,\"info_error\":" + json_escape(!killed.empty() ? killed : describe_status(status));
     write_output(st);
   }
 
@@ -638,23 +669,24 @@ int main(int argc, char** argv) {
     const double share = left * todo[i]->weight / weight_left;
     const double deadline = now + share;
     // Grace for the measurement in flight at the deadline, but not far past the budget.
-    const double kill_at = std::min(deadline + 20.0, total_deadline + 10.0);
+    const double kill_at = std::min(deadline + 10.0, total_deadline + 10.0);
     rec.budget_s = share;
     rec.status = "running";
     fprintf(stderr, "[harness] phase %s: %.1f s of %.1f s left\n", todo[i]->name, share, left);
     const std::string part = parts + "/" + todo[i]->name + ".jsonl";
     remove(part.c_str());
-    bool timed_out = false;
+    std::string killed;
     const Phase* phase = todo[i];
-    const int status = run_child([&]() { return phase_main(*phase, opt, deadline, part); }, opt.fork, kill_at, &timed_out,
+    const int status = run_child([&]() { return phase_main(*phase, opt, deadline, part); }, opt.fork, kill_at, &killed,
                                  [&]() {
                                    absorb(rec, read_lines(part));
                                    write_output(st);
+                                   return rec.lines.size();
                                  });
     absorb(rec, read_lines(part));
     rec.wall_s = now_s() - now;
     rec.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    rec.status = timed_out ? "killed: phase deadline passed" : (g_stop ? "interrupted" : describe_status(status));
+    rec.status = !killed.empty() ? killed : (g_stop ? "interrupted" : describe_status(status));
     write_output(st);
     fprintf(stderr, "[harness] phase %s: %s, %zu entries, %d skipped for time, %.1f s\n", todo[i]->name,
             rec.status.c_str(), rec.lines.size(), rec.skipped, rec.wall_s);

@@ -1,0 +1,41 @@
+#pragma once
+// A parallel plan: how the GPUs split the work (Megatron's order of groups: tensor, context,
+// data, pipeline), how the data-parallel group shares state (ZeRO 1/2/3, FSDP), the pipeline
+// schedule, and the links the groups communicate over.
+#include <cstdint>
+#include <string>
+
+namespace scaleout {
+
+enum class PipelineSchedule : std::uint8_t { gpipe, one_f_one_b, interleaved };
+enum class FsdpMode : std::uint8_t { none, full_shard, shard_grad_op, hybrid_shard, no_shard };
+
+struct LinkParams {
+  // Per GPU and direction; efficiency is the fraction NCCL's bus bandwidth reaches of it.
+  double intra_node_bandwidth = 0;  // NVLink/NVSwitch, or PCIe without NVLink
+  double intra_node_efficiency = 0.8;
+  double intra_node_latency_s = 3e-6;
+  double inter_node_bandwidth = 0;  // the NIC share of one GPU
+  double inter_node_efficiency = 0.9;
+  double inter_node_latency_s = 6e-6;
+  double pcie_bandwidth = 0;        // host <-> GPU, for offload
+};
+
+struct ParallelPlan {
+  std::int64_t dp = 1, tp = 1, pp = 1, cp = 1, ep = 1;
+  bool sequence_parallel = false;
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  std::int64_t virtual_stages = 1;
+  int zero = 0;
+  FsdpMode fsdp = FsdpMode::none;
+  bool offload_optimizer = false;
+  double ddp_bucket_bytes = 25.0 * 1024 * 1024;  // torch DDP bucket_cap_mb = 25
+  bool overlap_grad_reduce = true;               // DDP buckets overlap backward
+  std::int64_t gpus_per_node = 1;
+  LinkParams links;
+  double cpu_optimizer_params_per_s = 1.0e9;     // CPU Adam throughput when offloaded
+
+  std::int64_t gpus() const { return dp * tp * pp * cp; }
+};
+
+}  // namespace scaleout

@@ -1,0 +1,314 @@
+#include "sim/training/planner.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/engine/check.hpp"
+
+namespace scaleout {
+
+ChunkPlanner::ChunkPlanner(const Tape& tape, const TrainingSpec& training, ShardPlan shard)
+    : tape_(tape), tr_(training), shard_(shard) {
+  for (const ParamRec& p : tape_.params) (p.trainable ? trainable_ : frozen_) += p.count;
+  first_op_of_region_.assign(tape_.regions, -1);
+  for (std::size_t i = 0; i < tape_.ops.size(); ++i) {
+    const int rg = tape_.ops[i].region;
+    if (rg >= 0 && first_op_of_region_[rg] < 0) first_op_of_region_[rg] = int(i);
+  }
+  param_grad_alive_.assign(tape_.params.size(), shard_.persistent_grads);
+}
+
+double ChunkPlanner::layer_params(int layer) const {
+  double n = 0;
+  for (const ParamRec& p : tape_.params)
+    if (p.layer == layer) n += p.count;
+  return n;
+}
+
+PlanItem ChunkPlanner::persistent() const {
+  const PrecisionRecipe& r = tr_.precision;
+  PlanItem init;
+  const double frozen_bytes = tr_.lora && tr_.lora->nf4_base
+                                  ? 0.5 + 0.5 / 64.0 + 4.0 / (64.0 * 256.0)
+                                  : dtype_bytes(r.compute == Dtype::fp8 ? Dtype::bf16 : r.compute);
+  init.allocs.push_back({MemCategory::params, (trainable_ * dtype_bytes(r.param) + frozen_ * frozen_bytes) / shard_.params});
+  init.allocs.push_back({MemCategory::optimizer,
+                         trainable_ * (optimizer_state_bytes(tr_.optimizer, r.state) + (r.master_copy ? 4.0 : 0.0)) /
+                             shard_.optimizer});
+  if (shard_.persistent_grads) init.allocs.push_back({MemCategory::grads, trainable_ * dtype_bytes(r.grad) / shard_.grads});
+  // Inputs produced before the step (token ids) are alive from the start.
+  std::vector<bool> seen(tape_.tensors.size(), false);
+  for (const OpRec& op : tape_.ops)
+    for (int t : op.inputs)
+      if (tape_.tensors[t].producer < 0 && t != tape_.input && !seen[t]) {
+        seen[t] = true;
+        init.allocs.push_back({tcat(t), tbytes(t)});
+      }
+  return init;
+}
+
+void ChunkPlanner::alloc(MbState& st, PlanItem& it, int t) const {
+  if (st.alive[t]) return;
+  st.alive[t] = true;
+  it.allocs.push_back({tcat(t), tbytes(t)});
+}
+
+void ChunkPlanner::maybe_free(MbState& st, PlanItem& it, int t) const {
+  if (!st.alive[t] || st.uses[t] > 0 || st.saved[t] > 0 || st.held[t]) return;
+  // Token ids stay (the data loader's batch); only tensors made in the step are freed.
+  if (tape_.tensors[t].producer < 0 && t != tape_.input) return;
+  st.alive[t] = false;
+  it.frees.push_back({tcat(t), tbytes(t)});
+}
+
+bool ChunkPlanner::region_input(const OpRec& op, int t) const {
+  const int p = tape_.tensors[t].producer;
+  return p < 0 || tape_.ops[p].region != op.region;
+}
+
+std::vector<PlanItem> ChunkPlanner::forward(int mb) {
+  SCALEOUT_CHECK(!mbs_.count(mb), "forward of a micro-batch already in flight");
+  MbState& st = mbs_[mb];
+  const std::size_t nt = tape_.tensors.size();
+  st.alive.assign(nt, false);
+  st.held.assign(nt, false);
+  st.grad_alive.assign(nt, false);
+  st.uses.assign(nt, 0);
+  st.saved.assign(nt, 0);
+  st.replayed.assign(tape_.regions, false);
+  st.region_inputs.assign(tape_.regions, {});
+  for (const OpRec& op : tape_.ops)
+    for (int t : op.inputs) ++st.uses[t];
+  for (std::size_t t = 0; t < nt; ++t)
+    if (tape_.tensors[t].producer < 0 && int(t) != tape_.input) st.alive[t] = true;
+  std::vector<PlanItem> out;
+  if (tape_.input >= 0) {
+    // The activation received from the previous stage.
+    PlanItem recv;
+    alloc(st, recv, tape_.input);
+    out.push_back(std::move(recv));
+  }
+  for (const OpRec& op : tape_.ops) {
+    PlanItem it;
+    it.phase = Phase::forward;
+    it.kernels = op.fwd;
+    it.layer = op.layer;
+    if (op.fwd_workspace_bytes > 0) {
+      it.allocs.push_back({MemCategory::other, op.fwd_workspace_bytes});
+      it.frees.push_back({MemCategory::other, op.fwd_workspace_bytes});
+    }
+    for (int t : op.outputs) {
+      alloc(st, it, t);
+      if (tape_.tensors[t].hold_until_forward_end) st.held[t] = true;
+    }
+    for (int t : op.inputs) --st.uses[t];
+    if (op.region < 0) {
+      for (int t : op.saved) ++st.saved[t];
+    } else {
+      // A checkpointed region keeps only its inputs (non-reentrant torch.utils.checkpoint).
+      auto& keep = st.region_inputs[op.region];
+      for (int t : op.inputs)
+        if (region_input(op, t) && std::find(keep.begin(), keep.end(), t) == keep.end()) {
+          keep.push_back(t);
+          ++st.saved[t];
+        }
+    }
+    // The stage output is sent on; the sender's copy is kept until the send completes, which the
+    // executor accounts as part of the send.
+    for (int t : op.inputs) maybe_free(st, it, t);
+    for (int t : op.outputs)
+      if (t != tape_.output) maybe_free(st, it, t);
+    out.push_back(std::move(it));
+  }
+  // Leaving autocast drops its cache of weight casts; the sent output is released.
+  PlanItem end;
+  end.phase = Phase::forward;
+  for (std::size_t t = 0; t < nt; ++t)
+    if (st.held[t]) {
+      st.held[t] = false;
+      maybe_free(st, end, int(t));
+    }
+  if (tape_.output >= 0) maybe_free(st, end, tape_.output);
+  out.push_back(std::move(end));
+  return out;
+}
+
+void ChunkPlanner::replay(MbState& st, int region, std::vector<PlanItem>& out) const {
+  std::vector<int> ops;
+  for (std::size_t i = 0; i < tape_.ops.size(); ++i)
+    if (tape_.ops[i].region == region) ops.push_back(int(i));
+  for (int i : ops)
+    for (int t : tape_.ops[i].inputs) ++st.uses[t];
+  std::vector<int> held;
+  for (int i : ops) {
+    const OpRec& op = tape_.ops[i];
+    PlanItem it;
+    it.phase = Phase::recompute;
+    it.kernels = op.fwd;
+    it.layer = op.layer;
+    if (op.fwd_workspace_bytes > 0) {
+      it.allocs.push_back({MemCategory::other, op.fwd_workspace_bytes});
+      it.frees.push_back({MemCategory::other, op.fwd_workspace_bytes});
+    }
+    for (int t : op.outputs) {
+      alloc(st, it, t);
+      if (tape_.tensors[t].hold_until_forward_end) {
+        st.held[t] = true;
+        held.push_back(t);
+      }
+    }
+    for (int t : op.inputs) --st.uses[t];
+    for (int t : op.saved) ++st.saved[t];
+    for (int t : op.inputs) maybe_free(st, it, t);
+    for (int t : op.outputs) maybe_free(st, it, t);
+    out.push_back(std::move(it));
+  }
+  for (int t : held) {
+    st.held[t] = false;
+    maybe_free(st, out.back(), t);
+  }
+}
+
+std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch) {
+  auto found = mbs_.find(mb);
+  SCALEOUT_CHECK(found != mbs_.end(), "backward of a micro-batch that had no forward");
+  MbState& st = found->second;
+  std::vector<PlanItem> out;
+  const PrecisionRecipe& r = tr_.precision;
+  if (tape_.output >= 0) {
+    // The gradient of the stage output, received from the next stage.
+    PlanItem recv;
+    st.grad_alive[tape_.output] = true;
+    recv.allocs.push_back({MemCategory::activations, tbytes(tape_.output)});
+    out.push_back(std::move(recv));
+  }
+  for (int i = int(tape_.ops.size()) - 1; i >= 0; --i) {
+    const OpRec& op = tape_.ops[i];
+    if (op.region >= 0 && !st.replayed[op.region]) {
+      st.replayed[op.region] = true;
+      replay(st, op.region, out);
+    }
+    PlanItem it;
+    it.phase = Phase::backward;
+    it.kernels = op.bwd;
+    it.layer = op.layer;
+    for (int t : op.inputs)
+      if (tape_.tensors[t].requires_grad && !st.grad_alive[t]) {
+        st.grad_alive[t] = true;
+        it.allocs.push_back({MemCategory::activations, tbytes(t)});
+      }
+    if (op.param >= 0 && tape_.params[op.param].count > 0) {
+      if (!param_grad_alive_[op.param]) {
+        param_grad_alive_[op.param] = true;
+        const double full = tape_.params[op.param].count * dtype_bytes(r.grad);
+        // Sharded gradients (ZeRO-2/3, FSDP): the full gradient exists until it is
+        // reduce-scattered; the shard stays.
+        it.allocs.push_back({MemCategory::grads, full});
+        if (shard_.grads > 1 && last_micro_batch) it.frees.push_back({MemCategory::grads, full - full / shard_.grads});
+      }
+      if (last_micro_batch) it.grads_done.push_back(op.param);
+    }
+    if (op.bwd_workspace_bytes > 0) {
+      it.allocs.push_back({MemCategory::other, op.bwd_workspace_bytes});
+      it.frees.push_back({MemCategory::other, op.bwd_workspace_bytes});
+    }
+    for (int t : op.outputs)
+      if (st.grad_alive[t]) {
+        st.grad_alive[t] = false;
+        it.frees.push_back({MemCategory::activations, tbytes(t)});
+      }
+    for (int t : op.saved) {
+      if (op.region < 0 || st.replayed[op.region]) --st.saved[t];
+      maybe_free(st, it, t);
+    }
+    for (int t : op.outputs) maybe_free(st, it, t);
+    if (op.region >= 0 && first_op_of_region_[op.region] == i) {
+      for (int t : st.region_inputs[op.region]) {
+        --st.saved[t];
+        maybe_free(st, it, t);
+      }
+    }
+    out.push_back(std::move(it));
+  }
+  // Leftover gradients (the one sent to the previous stage goes with its send) and tensors.
+  PlanItem end;
+  end.phase = Phase::backward;
+  for (std::size_t t = 0; t < st.grad_alive.size(); ++t)
+    if (st.grad_alive[t]) end.frees.push_back({MemCategory::activations, tbytes(int(t))});
+  for (std::size_t t = 0; t < st.alive.size(); ++t)
+    if (st.alive[t] && (tape_.tensors[t].producer >= 0 || int(t) == tape_.input))
+      end.frees.push_back({tcat(int(t)), tbytes(int(t))});
+  out.push_back(std::move(end));
+  mbs_.erase(found);
+  return out;
+}
+
+// The optimizer as PyTorch runs it: foreach kernels, one pass over the parameters per
+// elementwise op (torch/optim/adamw.py _multi_tensor_adamw), or one fused pass.
+std::vector<PlanItem> ChunkPlanner::optimizer() const {
+  const PrecisionRecipe& r = tr_.precision;
+  const double n = trainable_ / shard_.optimizer;
+  const double p = dtype_bytes(r.master_copy ? Dtype::fp32 : r.param);
+  const double g = dtype_bytes(r.grad), s = dtype_bytes(r.state);
+  std::vector<double> passes;  // bytes per parameter of each pass
+  double temp = 0;             // bytes per parameter of a temporary the passes need
+  const bool fused = tr_.optimizer_impl == OptimizerImpl::fused || r.fused_kernels;
+  switch (tr_.optimizer) {
+    case Optimizer::adamw:
+      if (fused) {
+        passes = {2 * p + g + 4 * s};
+      } else {
+        // decay p; lerp m; mul v; addcmul v; sqrt -> tmp; div tmp; add eps; addcdiv p
+        passes = {2 * p, 2 * s + g, 2 * s, 2 * s + g, 2 * s, 2 * s, 2 * s, 2 * p + 2 * s};
+        temp = s;
+      }
+      break;
+    case Optimizer::sgd:
+      passes = fused ? std::vector<double>{2 * p + g + 2 * s} : std::vector<double>{2 * s, 2 * s + g, 2 * p + s};
+      break;
+    case Optimizer::adafactor:
+      passes = {2 * g, 2 * g, 2 * p + g + s, 2 * p};
+      temp = g;
+      break;
+    case Optimizer::adamw_8bit:
+      passes = {2 * p + g + 4.0 * 1.0};
+      break;
+  }
+  if (r.master_copy) passes.push_back(4.0 + dtype_bytes(r.param) + g);  // copy master to params; zero grads
+  PlanItem it;
+  it.phase = Phase::optimizer;
+  if (temp > 0) {
+    it.allocs.push_back({MemCategory::other, temp * n});
+    it.frees.push_back({MemCategory::other, temp * n});
+  }
+  // multi_tensor_apply launches a kernel per 110 tensors or per 320 blocks of 65536 elements,
+  // whichever fills first (ATen's MultiTensorApply.cuh depth limits).
+  const double per_launch = 320.0 * 65536.0;
+  double tensors = 0;
+  for (const ParamRec& pr : tape_.params)
+    if (pr.trainable && pr.count > 0) ++tensors;
+  it.host_prologue_tensors = tensors;
+  for (double bytes_per_param : passes) {
+    const double launches = std::max({1.0, std::ceil(n / per_launch), std::ceil(tensors / 110.0)});
+    for (int l = 0; l < int(launches); ++l) {
+      Kernel k;
+      k.kind = KernelKind::memory;
+      k.bytes = bytes_per_param * n / launches;
+      k.name = "optimizer";
+      it.kernels.push_back(std::move(k));
+    }
+  }
+  return {it};
+}
+
+PlanItem ChunkPlanner::release_grads() const {
+  PlanItem z;
+  z.phase = Phase::optimizer;
+  if (shard_.persistent_grads) return z;
+  const double g = dtype_bytes(tr_.precision.grad);
+  for (std::size_t i = 0; i < tape_.params.size(); ++i)
+    if (param_grad_alive_[i]) z.frees.push_back({MemCategory::grads, tape_.params[i].count * g / shard_.grads});
+  return z;
+}
+
+}  // namespace scaleout

@@ -1,0 +1,73 @@
+#pragma once
+// Turns a tape into the ordered plan of a rank's work: the forward and backward of each
+// micro-batch (with recompute replays) and the optimizer step, with every allocation and free
+// as autograd makes them. Several micro-batches may be in flight at once (pipeline schedules):
+// each has its own tensor state; parameters and their gradients are shared.
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "models/tape.hpp"
+#include "models/training.hpp"
+
+namespace scaleout {
+
+enum class Phase : std::uint8_t { forward, backward, recompute, optimizer };
+
+struct MemOp {
+  MemCategory category;
+  double bytes;
+};
+
+struct PlanItem {
+  Phase phase = Phase::forward;
+  std::vector<Kernel> kernels;
+  std::vector<MemOp> allocs, frees;
+  double host_prologue_tensors = 0;  // optimizer: per-tensor Python work before the first launch
+  int layer = -1;                    // the layer of the op (-1: embedding, head, bookkeeping)
+  std::vector<int> grads_done;       // parameters whose gradient is final after this item
+};
+
+// How the data-parallel group shares state (ZeRO / FSDP): persistent bytes are divided by these.
+struct ShardPlan {
+  double params = 1, grads = 1, optimizer = 1;
+  bool persistent_grads = false;  // Megatron's contiguous main-grad buffer
+};
+
+class ChunkPlanner {
+ public:
+  ChunkPlanner(const Tape& tape, const TrainingSpec& training, ShardPlan shard);
+
+  PlanItem persistent() const;
+  std::vector<PlanItem> forward(int mb);
+  std::vector<PlanItem> backward(int mb, bool last_micro_batch);
+  std::vector<PlanItem> optimizer() const;
+  PlanItem release_grads() const;  // zero_grad(set_to_none=True)
+
+  double trainable_params() const { return trainable_; }
+  double frozen_params() const { return frozen_; }
+  double layer_params(int layer) const;
+
+ private:
+  struct MbState {
+    std::vector<bool> alive, held, grad_alive, replayed;
+    std::vector<int> uses, saved;
+    std::vector<std::vector<int>> region_inputs;
+  };
+  double tbytes(int t) const { return tape_.tensors[t].bytes; }
+  MemCategory tcat(int t) const { return tape_.tensors[t].category; }
+  void alloc(MbState& st, PlanItem& it, int t) const;
+  void maybe_free(MbState& st, PlanItem& it, int t) const;
+  bool region_input(const OpRec& op, int t) const;
+  void replay(MbState& st, int region, std::vector<PlanItem>& out) const;
+
+  const Tape& tape_;
+  const TrainingSpec& tr_;
+  ShardPlan shard_;
+  double trainable_ = 0, frozen_ = 0;
+  std::vector<int> first_op_of_region_;
+  std::vector<bool> param_grad_alive_;
+  std::map<int, MbState> mbs_;
+};
+
+}  // namespace scaleout

@@ -1,0 +1,529 @@
+#include "sim/training/step.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "models/step_tape.hpp"
+#include "sim/engine/check.hpp"
+#include "sim/engine/stream.hpp"
+#include "sim/network/collective_model.hpp"
+#include "sim/training/planner.hpp"
+
+namespace scaleout {
+
+namespace {
+
+struct GroupShape {
+  std::int64_t size = 1;
+  bool spans_nodes = false;
+};
+
+// Megatron's rank order: tensor fastest, then context, data, pipeline.
+GroupShape group_shape(const ParallelPlan& p, CommGroup g, std::int64_t stage) {
+  std::int64_t size = 1, stride = 1;
+  switch (g) {
+    case CommGroup::tp: size = p.tp; stride = 1; break;
+    case CommGroup::cp: size = p.cp; stride = p.tp; break;
+    case CommGroup::dp: size = p.dp; stride = p.tp * p.cp; break;
+    case CommGroup::ep: size = p.ep; stride = p.tp * p.cp; break;
+    case CommGroup::pp: size = p.pp; stride = p.tp * p.cp * p.dp; break;
+  }
+  const std::int64_t base = stage * p.tp * p.cp * p.dp;
+  const std::int64_t gpn = std::max<std::int64_t>(1, p.gpus_per_node);
+  const bool spans = size > 1 && (base / gpn) != ((base + (size - 1) * stride) / gpn);
+  return {size, spans};
+}
+
+}  // namespace
+
+double collective_time(const StepConfig& cfg, CollectiveKind kind, CommGroup group, double bytes, std::int64_t stage) {
+  const ParallelPlan& p = cfg.parallel;
+  const GroupShape g = group_shape(p, group, stage);
+  if (g.size <= 1) return 0;
+  const LinkParams& l = p.links;
+  const double bw = g.spans_nodes ? l.inter_node_bandwidth * l.inter_node_efficiency
+                                  : l.intra_node_bandwidth * l.intra_node_efficiency;
+  const double lat = g.spans_nodes ? l.inter_node_latency_s : l.intra_node_latency_s;
+  return collective_seconds(kind, g.size, bytes, std::max(bw, 1.0), lat);
+}
+
+namespace {
+
+enum Track : int { kHost = 0, kCompute = 1, kDpComm = 2, kSendFwd = 3, kSendBwd = 4 };
+
+struct Chunk {
+  Tape tape;
+  std::unique_ptr<ChunkPlanner> planner;
+};
+
+struct RankState {
+  StreamId streams[5];
+  std::vector<Chunk> chunks;
+  MemoryTracker mem;
+  // first and last compute task of each (forward?, chunk, micro-batch)
+  std::map<std::tuple<bool, int, int>, std::pair<TaskId, TaskId>> spans;
+  TaskId last_backward = 0;
+  bool any_backward = false;
+  std::vector<TaskId> dp_tasks;
+  TaskId first_optimizer = 0;
+  bool has_optimizer = false;
+};
+
+struct Work {
+  bool forward;
+  int chunk;
+  int mb;
+};
+
+std::vector<Work> schedule_for(const ParallelPlan& p, std::int64_t stage, std::int64_t m) {
+  std::vector<Work> w;
+  const std::int64_t v = p.schedule == PipelineSchedule::interleaved ? p.virtual_stages : 1;
+  if (p.schedule == PipelineSchedule::gpipe || p.pp == 1) {
+    for (int c = 0; c < int(v); ++c)
+      for (int mb = 0; mb < int(m); ++mb) w.push_back({true, c, mb});
+    for (int c = int(v) - 1; c >= 0; --c)
+      for (int mb = 0; mb < int(m); ++mb) w.push_back({false, c, mb});
+    if (p.pp == 1 && p.schedule != PipelineSchedule::gpipe) {
+      // One stage: forward then backward per micro-batch (gradient accumulation).
+      w.clear();
+      for (int mb = 0; mb < int(m); ++mb) {
+        for (int c = 0; c < int(v); ++c) w.push_back({true, c, mb});
+        for (int c = int(v) - 1; c >= 0; --c) w.push_back({false, c, mb});
+      }
+    }
+    return w;
+  }
+  // Megatron's 1F1B and interleaved 1F1B (megatron/core/pipeline_parallel/schedules.py).
+  const std::int64_t total = m * v;
+  const std::int64_t warm = std::min(total, v == 1 ? p.pp - stage - 1 : (p.pp - stage - 1) * 2 + (v - 1) * p.pp);
+  std::vector<int> fcount(v, 0), bcount(v, 0);
+  auto chunk_of = [&](std::int64_t k, bool fwd) {
+    const std::int64_t in_group = k % (p.pp * v);
+    const std::int64_t c = in_group / p.pp;
+    return int(fwd ? c : v - 1 - c);
+  };
+  auto F = [&](std::int64_t k) {
+    const int c = chunk_of(k, true);
+    w.push_back({true, c, fcount[c]++});
+  };
+  auto B = [&](std::int64_t k) {
+    const int c = chunk_of(k, false);
+    w.push_back({false, c, bcount[c]++});
+  };
+  for (std::int64_t k = 0; k < warm; ++k) F(k);
+  for (std::int64_t i = 0; i < total - warm; ++i) {
+    F(warm + i);
+    B(i);
+  }
+  for (std::int64_t i = total - warm; i < total; ++i) B(i);
+  return w;
+}
+
+}  // namespace
+
+StepResult simulate_step(const StepConfig& cfg) {
+  const TrainingSpec& tr = cfg.training;
+  const ParallelPlan& par = cfg.parallel;
+  StepResult res;
+  const std::int64_t v = par.schedule == PipelineSchedule::interleaved ? std::max<std::int64_t>(1, par.virtual_stages) : 1;
+  const std::int64_t m = std::max<std::int64_t>(1, tr.global_batch / std::max<std::int64_t>(1, tr.micro_batch * par.dp));
+  res.micro_batches = m;
+  const std::int64_t L = cfg.model.layers;
+  const std::int64_t chunks_total = par.pp * v;
+
+  // Data-parallel sharding of state.
+  const bool fsdp_shards = par.fsdp == FsdpMode::full_shard || par.fsdp == FsdpMode::shard_grad_op ||
+                           par.fsdp == FsdpMode::hybrid_shard;
+  std::int64_t shard_group = par.dp;
+  if (par.fsdp == FsdpMode::hybrid_shard)
+    shard_group = std::max<std::int64_t>(1, std::min(par.dp, par.gpus_per_node / std::max<std::int64_t>(1, par.tp * par.cp)));
+  ShardPlan shard;
+  shard.persistent_grads = tr.precision.master_copy;
+  if (par.zero >= 1 || fsdp_shards) shard.optimizer = double(shard_group);
+  if (par.zero >= 2 || fsdp_shards) shard.grads = double(shard_group);
+  if (par.zero >= 3 || par.fsdp == FsdpMode::full_shard || par.fsdp == FsdpMode::hybrid_shard ||
+      par.fsdp == FsdpMode::shard_grad_op)
+    shard.params = double(shard_group);
+  const bool gather_params = shard.params > 1;
+  const bool regather_in_backward = gather_params && par.fsdp != FsdpMode::shard_grad_op;
+  if (par.offload_optimizer) shard.optimizer = 1e30;  // moments live in host memory
+
+  const ComputeModel cm(cfg.gpu, cfg.profile);
+  Simulator sim;
+  StreamExecutor ex(sim);
+  std::vector<RankState> ranks(par.pp);
+  std::vector<std::vector<TaskId>> deps_of;  // for attribution of idle gaps
+  std::vector<const Kernel*> kernel_of;
+  std::vector<int> rank_of, track_of;
+  std::vector<std::string> extra_names;
+
+  auto add_task = [&](int rank, int track, Time dur, std::vector<TaskId> deps, const Kernel* k) {
+    const TaskId id = ex.add(ranks[rank].streams[track], dur, std::span<const TaskId>(deps.data(), deps.size()));
+    deps_of.resize(id + 1);
+    kernel_of.resize(id + 1, nullptr);
+    rank_of.resize(id + 1, 0);
+    track_of.resize(id + 1, 0);
+    deps_of[id] = std::move(deps);
+    kernel_of[id] = k;
+    rank_of[id] = rank;
+    track_of[id] = track;
+    return id;
+  };
+
+  // Build each stage's chunks.
+  for (std::int64_t s = 0; s < par.pp; ++s) {
+    RankState& rs = ranks[s];
+    for (int t = 0; t < 5; ++t) rs.streams[t] = ex.add_stream();
+    rs.mem.keep_timeline(cfg.keep_trace && s == 0);
+    for (std::int64_t c = 0; c < v; ++c) {
+      const std::int64_t vs = c * par.pp + s;  // virtual stage index
+      StageSpec st;
+      st.first_layer = vs * L / chunks_total;
+      st.layers = (vs + 1) * L / chunks_total - st.first_layer;
+      st.embedding = vs == 0;
+      st.head = vs == chunks_total - 1;
+      st.tp = par.tp;
+      st.sequence_parallel = par.sequence_parallel;
+      st.cp = par.cp;
+      st.ep = par.ep;
+      Chunk ch;
+      ch.tape = build_step_tape(cfg.model, tr, st);
+      rs.chunks.push_back(std::move(ch));
+    }
+    for (auto& ch : rs.chunks) ch.planner = std::make_unique<ChunkPlanner>(ch.tape, tr, shard);
+  }
+
+  // Memory effects hang on tasks: allocations when a task starts, frees when it ends.
+  std::map<TaskId, std::vector<MemOp>> opens, closes;
+  std::vector<std::unique_ptr<PlanItem>> keep_items;
+  auto host_cost = [&](Phase p) {
+    switch (p) {
+      case Phase::forward: return cfg.profile.host_fwd_kernel;
+      case Phase::backward: case Phase::recompute: return cfg.profile.host_bwd_kernel;
+      case Phase::optimizer: return cfg.profile.host_opt_kernel;
+    }
+    return Time::zero();
+  };
+  double phase_time[4] = {0, 0, 0, 0};
+  std::vector<double> rank_compute(par.pp, 0), rank_optimizer(par.pp, 0), rank_recompute(par.pp, 0);
+  std::vector<double> rank_tp(par.pp, 0), rank_cp(par.pp, 0), rank_ep(par.pp, 0);
+
+  // Emits a plan item's kernels on a rank; returns its first and last compute tasks.
+  auto emit = [&](int rank, PlanItem item, std::vector<TaskId> first_deps) -> std::pair<TaskId, TaskId> {
+    keep_items.push_back(std::make_unique<PlanItem>(std::move(item)));
+    const PlanItem& it = *keep_items.back();
+    TaskId first = 0, last = 0;
+    if (it.kernels.empty()) {
+      first = last = add_task(rank, kCompute, Time::zero(), first_deps, nullptr);
+    } else {
+      if (it.host_prologue_tensors > 0)
+        add_task(rank, kHost, Time::from_seconds(it.host_prologue_tensors * cfg.profile.host_opt_tensor.seconds()), {}, nullptr);
+      for (std::size_t k = 0; k < it.kernels.size(); ++k) {
+        const Kernel& kernel = it.kernels[k];
+        const TaskId h = add_task(rank, kHost, host_cost(it.phase), {}, &kernel);
+        Time dt;
+        if (kernel.kind == KernelKind::collective) {
+          dt = Time::from_seconds(collective_time(cfg, kernel.coll, kernel.group, kernel.bytes, rank));
+          double* acc = kernel.group == CommGroup::tp ? &rank_tp[rank] : kernel.group == CommGroup::cp ? &rank_cp[rank] : &rank_ep[rank];
+          *acc += dt.seconds();
+        } else {
+          dt = cm.time(kernel);
+          phase_time[static_cast<int>(it.phase)] += dt.seconds();
+          (it.phase == Phase::optimizer ? rank_optimizer : it.phase == Phase::recompute ? rank_recompute : rank_compute)[rank] += dt.seconds();
+        }
+        std::vector<TaskId> deps{h};
+        if (k == 0) deps.insert(deps.end(), first_deps.begin(), first_deps.end());
+        const TaskId g = add_task(rank, kCompute, dt, std::move(deps), &kernel);
+        if (k == 0) first = g;
+        last = g;
+        ++res.kernels;
+      }
+    }
+    if (!it.allocs.empty()) {
+      auto& v0 = opens[first];
+      v0.insert(v0.end(), it.allocs.begin(), it.allocs.end());
+    }
+    if (!it.frees.empty()) {
+      auto& v1 = closes[last];
+      v1.insert(v1.end(), it.frees.begin(), it.frees.end());
+    }
+    return {first, last};
+  };
+
+  const double gdt = dtype_bytes(tr.precision.grad);
+  const Dtype gather_dtype = tr.precision.compute == Dtype::fp8 ? Dtype::bf16 : tr.precision.compute;
+  std::map<std::tuple<int, bool, int, int>, TaskId> sends;  // (dest rank, forward?, chunk, mb) -> transfer
+
+  for (std::int64_t s = 0; s < par.pp; ++s) {
+    RankState& rs = ranks[s];
+    const int r = int(s);
+    // Persistent state at the start of the step.
+    PlanItem init;
+    for (auto& ch : rs.chunks) {
+      PlanItem p0 = ch.planner->persistent();
+      init.allocs.insert(init.allocs.end(), p0.allocs.begin(), p0.allocs.end());
+    }
+    emit(r, std::move(init), {});
+
+    double bucket = 0;
+    TaskId bucket_task = 0;
+    auto flush_bucket = [&](bool force) {
+      if (bucket <= 0 || (!force && bucket < par.ddp_bucket_bytes)) return;
+      const bool reduce_scatter = par.zero >= 2;
+      const double t = collective_time(cfg, reduce_scatter ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
+                                       CommGroup::dp, bucket, s);
+      std::vector<TaskId> deps{bucket_task};
+      if (!par.overlap_grad_reduce) deps = {rs.last_backward};
+      rs.dp_tasks.push_back(add_task(r, kDpComm, Time::from_seconds(t), deps, nullptr));
+      res.dp_comm_total_s += t;
+      bucket = 0;
+    };
+
+    const std::vector<Work> order = schedule_for(par, s, m);
+    std::vector<int> bwd_done(v, 0);
+    for (const Work& w : order) {
+      Chunk& ch = rs.chunks[w.chunk];
+      const std::int64_t vs = w.chunk * par.pp + s;
+      std::vector<PlanItem> items = w.forward ? ch.planner->forward(w.mb)
+                                              : ch.planner->backward(w.mb, ++bwd_done[w.chunk] == int(m));
+      TaskId first = 0, last = 0;
+      bool started = false;
+      int cur_layer = -2;
+      TaskId layer_gather = 0;
+      bool have_gather = false;
+      double gathered_bytes = 0;
+      std::vector<TaskId> pending_first;
+      for (auto& item : items) {
+        // ZeRO-3 / FSDP: gather a layer's parameters before its first op, release them after.
+        std::vector<TaskId> first_deps;
+        const bool compute_phase = item.phase != Phase::optimizer;
+        if (gather_params && compute_phase && item.layer != cur_layer && !item.kernels.empty()) {
+          if (have_gather && (w.forward ? par.fsdp != FsdpMode::shard_grad_op : true)) {
+            // Reshard the previous layer.
+            closes[last].push_back({MemCategory::other, gathered_bytes});
+          }
+          cur_layer = item.layer;
+          const double lp = ch.planner->layer_params(item.layer) * (item.layer >= 0 ? 1.0 : 1.0);
+          gathered_bytes = lp * dtype_bytes(gather_dtype) * (1.0 - 1.0 / shard.params);
+          const bool need = w.forward || regather_in_backward;
+          if (need && gathered_bytes > 0) {
+            const double t = collective_time(cfg, CollectiveKind::all_gather, CommGroup::dp, lp * dtype_bytes(gather_dtype), s);
+            std::vector<TaskId> gdeps;
+            if (started) gdeps.push_back(first);  // prefetch: once this pass has started
+            layer_gather = add_task(r, kDpComm, Time::from_seconds(t), gdeps, nullptr);
+            res.dp_comm_total_s += t;
+            opens[layer_gather].push_back({MemCategory::other, gathered_bytes});
+            first_deps.push_back(layer_gather);
+            have_gather = true;
+          } else {
+            have_gather = false;
+          }
+        }
+        if (!started) {
+          // The pipeline neighbour's activation (forward) or gradient (backward).
+          first_deps.insert(first_deps.end(), pending_first.begin(), pending_first.end());
+        }
+        std::vector<int> done = item.grads_done;
+        const bool is_bwd = item.phase == Phase::backward;
+        const auto [a, b] = emit(r, std::move(item), first_deps);
+        if (!started) {
+          first = a;
+          started = true;
+        }
+        last = b;
+        if (is_bwd && !done.empty()) {
+          // Gradients ready for the data-parallel reduction.
+          if (!gather_params && par.dp > 1) {
+            for (int pidx : done) bucket += ch.tape.params[pidx].count * gdt;
+            bucket_task = b;
+            flush_bucket(false);
+          }
+        }
+      }
+      if (gather_params && have_gather) closes[last].push_back({MemCategory::other, gathered_bytes});
+      if (gather_params && !w.forward) {
+        // Reduce-scatter of this chunk's gradients (per layer in practice; one task per pass
+        // here, issued as the pass ends), every micro-batch as FSDP does without no_sync.
+        double bytes = 0;
+        for (const ParamRec& prm : ch.tape.params) bytes += prm.count * gdt;
+        double t = collective_time(cfg, CollectiveKind::reduce_scatter, CommGroup::dp, bytes, s);
+        if (par.fsdp == FsdpMode::hybrid_shard && par.dp > shard_group) {
+          StepConfig inter = cfg;
+          inter.parallel.dp = par.dp / shard_group;
+          inter.parallel.tp = par.tp * shard_group;
+          t += collective_time(inter, CollectiveKind::all_reduce, CommGroup::dp, bytes / double(shard_group), s);
+        }
+        rs.dp_tasks.push_back(add_task(r, kDpComm, Time::from_seconds(t), {last}, nullptr));
+        res.dp_comm_total_s += t;
+      }
+      rs.spans[{w.forward, w.chunk, w.mb}] = {first, last};
+      if (!w.forward) {
+        rs.last_backward = last;
+        rs.any_backward = true;
+      }
+      // Pipeline sends: this pass's output (forward) or input gradient (backward).
+      std::int64_t dest_vs = w.forward ? vs + 1 : vs - 1;
+      if (dest_vs >= 0 && dest_vs < chunks_total) {
+        const int dest_rank = int(dest_vs % par.pp);
+        const int dest_chunk = int(dest_vs / par.pp);
+        const double bytes = w.forward ? ch.tape.tensors[ch.tape.output].bytes : ch.tape.tensors[ch.tape.input].bytes;
+        const GroupShape g = group_shape(par, CommGroup::pp, s);
+        const bool cross = g.spans_nodes && (s / std::max<std::int64_t>(1, par.gpus_per_node / std::max<std::int64_t>(1, par.tp * par.cp * par.dp))) !=
+                                                (dest_rank / std::max<std::int64_t>(1, par.gpus_per_node / std::max<std::int64_t>(1, par.tp * par.cp * par.dp)));
+        const LinkParams& l = par.links;
+        const double bw = cross ? l.inter_node_bandwidth * l.inter_node_efficiency : l.intra_node_bandwidth * l.intra_node_efficiency;
+        const double t = (cross ? l.inter_node_latency_s : l.intra_node_latency_s) + bytes / std::max(bw, 1.0);
+        const TaskId send = add_task(r, w.forward ? kSendFwd : kSendBwd, Time::from_seconds(t), {last}, nullptr);
+        res.pp_comm_s += t;
+        sends[{dest_rank, w.forward, dest_chunk, w.mb}] = send;
+      }
+      (void)pending_first;
+    }
+    flush_bucket(true);
+
+    // Optimizer after every gradient is reduced.
+    std::vector<TaskId> opt_deps = rs.dp_tasks;
+    bool first_opt = true;
+    if (par.offload_optimizer) {
+      double n = 0;
+      for (auto& ch : rs.chunks) n += ch.planner->trainable_params();
+      const double grad_bytes = n * gdt / shard.grads, param_bytes = n * dtype_bytes(tr.precision.param) / shard.grads;
+      const double t = grad_bytes / std::max(par.links.pcie_bandwidth, 1.0) + n / shard.grads / par.cpu_optimizer_params_per_s +
+                       param_bytes / std::max(par.links.pcie_bandwidth, 1.0);
+      const TaskId off = add_task(r, kDpComm, Time::from_seconds(t), opt_deps, nullptr);
+      rs.first_optimizer = off;
+      rs.has_optimizer = true;
+      rank_optimizer[r] += t;
+      opt_deps = {off};
+      first_opt = false;
+    }
+    for (auto& ch : rs.chunks) {
+      if (!par.offload_optimizer) {
+        for (auto& item : ch.planner->optimizer()) {
+          const auto [a, b] = emit(r, std::move(item), first_opt ? opt_deps : std::vector<TaskId>{});
+          if (first_opt) {
+            rs.first_optimizer = a;
+            rs.has_optimizer = true;
+            first_opt = false;
+          }
+          (void)b;
+        }
+      }
+      emit(r, ch.planner->release_grads(), {});
+    }
+    if (par.zero >= 1 && par.zero <= 2 && par.dp > 1) {
+      // ZeRO-1/2: every rank updated its shard; the parameters are all-gathered.
+      double n = 0;
+      for (auto& ch : rs.chunks) n += ch.planner->trainable_params();
+      const double t = collective_time(cfg, CollectiveKind::all_gather, CommGroup::dp, n * dtype_bytes(tr.precision.param), s);
+      add_task(r, kDpComm, Time::from_seconds(t), {ex.task_count() > 0 ? TaskId(ex.task_count() - 1) : 0}, nullptr);
+      res.dp_comm_total_s += t;
+    }
+  }
+  // Pipeline dependencies: each pass waits for its neighbour's send.
+  for (std::int64_t s = 0; s < par.pp; ++s)
+    for (const auto& [key, span] : ranks[s].spans) {
+      const auto [fwd, c, mb] = key;
+      auto it = sends.find({int(s), fwd, c, mb});
+      if (it != sends.end()) {
+        ex.add_dependency(span.first, it->second);
+        deps_of[span.first].push_back(it->second);
+      }
+    }
+
+  ex.on_start([&](TaskId id, Time at) {
+    auto it = opens.find(id);
+    if (it != opens.end())
+      for (const MemOp& mo : it->second) ranks[rank_of[id]].mem.alloc(mo.category, mo.bytes, at);
+  });
+  ex.on_finish([&](TaskId id, Time at) {
+    auto it = closes.find(id);
+    if (it != closes.end())
+      for (const MemOp& mo : it->second) ranks[rank_of[id]].mem.free(mo.category, mo.bytes, at);
+  });
+  ex.start();
+  sim.run();
+  SCALEOUT_CHECK(ex.all_finished(), "step simulation ended with tasks left: a dependency cycle in the schedule");
+
+  Time end = Time::zero();
+  for (TaskId id = 0; id < ex.task_count(); ++id) end = max(end, ex.finish_time(id));
+  res.events = sim.events_executed();
+  res.step_time_s = end.seconds();
+
+  // Idle gaps on each compute stream, attributed to what the next task waited for last.
+  std::vector<double> host_gap(par.pp, 0), bubble(par.pp, 0), dp_gap(par.pp, 0);
+  std::vector<Time> prev_end(par.pp, Time::zero());
+  for (TaskId id = 0; id < ex.task_count(); ++id) {
+    if (track_of[id] != kCompute) continue;
+    const int r = rank_of[id];
+    const Time st = ex.start_time(id);
+    const double gap = (st - prev_end[r]).seconds();
+    prev_end[r] = max(prev_end[r], ex.finish_time(id));
+    if (gap <= 0) continue;
+    int cause = kHost;
+    Time latest = Time::zero();
+    for (TaskId d : deps_of[id])
+      if (ex.finish_time(d) >= latest) {
+        latest = ex.finish_time(d);
+        cause = track_of[d];
+      }
+    (cause == kHost ? host_gap : (cause == kDpComm ? dp_gap : bubble))[r] += gap;
+  }
+  for (std::int64_t s = 0; s < par.pp; ++s) bubble[s] += (end - prev_end[s]).seconds();  // idle at the end
+
+  int busiest = 0;
+  for (std::int64_t s = 0; s < par.pp; ++s) {
+    res.rank_peak_bytes.push_back(ranks[s].mem.peak());
+    if (ranks[s].mem.peak() > ranks[busiest].mem.peak()) busiest = int(s);
+  }
+  res.busiest_rank = busiest;
+  // Time breakdown of the first stage (the one that starts first and waits longest).
+  const int r0 = 0;
+  res.compute_s = rank_compute[r0];
+  res.recompute_s = rank_recompute[r0];
+  res.optimizer_s = rank_optimizer[r0];
+  res.tp_comm_s = rank_tp[r0];
+  res.cp_comm_s = rank_cp[r0];
+  res.ep_comm_s = rank_ep[r0];
+  res.dp_comm_exposed_s = dp_gap[r0];
+  res.host_stall_s = host_gap[r0];
+  res.pipeline_bubble_s = par.pp > 1 ? bubble[r0] : 0;
+  if (par.pp == 1) res.host_stall_s += bubble[r0];
+  res.exposed_comm_s = res.tp_comm_s + res.cp_comm_s + res.ep_comm_s + res.dp_comm_exposed_s;
+
+  const double tokens = double(tr.global_batch) * double(tr.seq_len);
+  res.tokens_per_s = res.step_time_s > 0 ? tokens / res.step_time_s : 0;
+  res.model_flops_per_step = model_flops(cfg.model, tokens, tr.seq_len);
+  const double gpus = double(par.gpus());
+  res.model_tflops_per_gpu = res.step_time_s > 0 ? res.model_flops_per_step / res.step_time_s / gpus / 1e12 : 0;
+  const double peak = cfg.gpu.peak(Dtype::bf16).value > 0 ? cfg.gpu.peak(Dtype::bf16).value : cfg.gpu.peak(Dtype::fp16).value;
+  res.mfu = peak > 0 ? res.model_tflops_per_gpu * 1e12 / peak : 0;
+  res.peak_bytes = ranks[busiest].mem.peak();
+  res.peak_breakdown = ranks[busiest].mem.peak_breakdown();
+  res.capacity_bytes = cfg.gpu.memory.value;
+  res.required_bytes = res.peak_bytes * (1.0 + cfg.fragmentation) + cfg.context_reserve_bytes;
+  res.fits = res.required_bytes <= res.capacity_bytes;
+  double trainable = 0, total = 0;
+  for (auto& rs : ranks)
+    for (auto& ch : rs.chunks) {
+      trainable += ch.planner->trainable_params();
+      total += ch.planner->trainable_params() + ch.planner->frozen_params();
+    }
+  res.params_trainable = trainable * double(par.tp);
+  res.params_total = total * double(par.tp);
+  if (cfg.keep_trace) {
+    for (TaskId id = 0; id < ex.task_count(); ++id) {
+      const Kernel* k = kernel_of[id];
+      std::string name = k ? k->name : (track_of[id] == kDpComm ? "dp_comm" : track_of[id] >= kSendFwd ? "pp_send" : "memory");
+      if (track_of[id] == kCompute && !k && ex.finish_time(id) == ex.start_time(id)) continue;
+      res.trace.push_back({std::move(name), rank_of[id], track_of[id], ex.start_time(id), ex.finish_time(id)});
+    }
+    res.memory_timeline = ranks[0].mem.timeline();
+  }
+  return res;
+}
+
+}  // namespace scaleout

@@ -1,0 +1,17 @@
+#pragma once
+// A training step on a parallel plan, simulated: one representative rank per pipeline stage
+// (tensor-, context- and data-parallel peers of a stage behave alike without stragglers, so a
+// collective among them completes when the representative reaches it plus its duration). Each
+// rank has a host stream issuing kernels, a compute stream, a data-parallel communication stream
+// and send streams to its pipeline neighbours; the pipeline bubble, exposed communication and
+// overlap come out of the event simulation.
+#include "sim/training/single_gpu_step.hpp"
+
+namespace scaleout {
+
+StepResult simulate_step(const StepConfig& config);
+
+// Seconds of one collective of `bytes` over `group` for the representative rank of `stage`.
+double collective_time(const StepConfig& config, CollectiveKind kind, CommGroup group, double bytes, std::int64_t stage = 0);
+
+}  // namespace scaleout
