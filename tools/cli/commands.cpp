@@ -28,8 +28,9 @@ void run_command(const RunOptions& o) {
   const Scenario s = load_scenario(o.scenario, o.sets);
   const StepResult r = simulate_scenario(s, !o.trace.empty());
   if (!o.trace.empty()) write_trace(o.trace, r);
-  if (o.format == "json") std::cout << result_json(s, r).dump(2) << "\n";
-  else write_text_report(std::cout, s, r);
+  const double base = single_gpu_baseline(s);
+  if (o.format == "json") std::cout << result_json(s, r, base).dump(2) << "\n";
+  else write_text_report(std::cout, s, r, base);
 }
 
 void list_command(const std::string& what) {

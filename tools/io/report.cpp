@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
 
 namespace scaleout {
@@ -30,7 +31,7 @@ const char* recompute_name(Recompute r) {
 }
 }  // namespace
 
-Json result_json(const Scenario& s, const StepResult& r) {
+Json result_json(const Scenario& s, const StepResult& r, double baseline_tokens_per_s) {
   Json breakdown = Json::object();
   for (std::size_t i = 0; i < kMemCategoryCount; ++i) breakdown[kMemCategoryNames[i]] = r.peak_breakdown[i];
   Json j = {
@@ -50,15 +51,25 @@ Json result_json(const Scenario& s, const StepResult& r) {
       {"time_breakdown_s",
        {{"compute", r.compute_s},
         {"recompute", r.recompute_s},
-        {"exposed_comm", 0.0},
-        {"pipeline_bubble", 0.0},
+        {"exposed_comm", r.exposed_comm_s},
+        {"pipeline_bubble", r.pipeline_bubble_s},
         {"optimizer", r.optimizer_s},
         {"host_overhead", r.host_stall_s}}},
       {"params", {{"total", r.params_total}, {"trainable", r.params_trainable}}},
+      {"exposed_comm_s", {{"tp", r.tp_comm_s}, {"dp", r.dp_comm_exposed_s}, {"cp", r.cp_comm_s}, {"ep", r.ep_comm_s}}},
+      {"comm_total_s", {{"dp", r.dp_comm_total_s}, {"pp_p2p", r.pp_comm_s}}},
+      {"rank_peak_bytes", r.rank_peak_bytes},
+      {"parallelism", {{"dp", s.parallelism.dp}, {"tp", s.parallelism.tp}, {"pp", s.parallelism.pp},
+                       {"cp", s.parallelism.cp}, {"ep", s.parallelism.ep}}},
       {"micro_batches", r.micro_batches},
       {"kernels", r.kernels},
       {"profile", s.profile.name},
   };
+  if (baseline_tokens_per_s > 0) {
+    j["single_gpu_tokens_per_s"] = baseline_tokens_per_s;
+    j["speedup_vs_one_gpu"] = r.tokens_per_s / baseline_tokens_per_s;
+    j["scaling_efficiency"] = r.tokens_per_s / baseline_tokens_per_s / double(s.gpus());
+  }
   if (s.claim) {
     Json c = {{"source", s.claim->source}, {"quote", s.claim->quote}};
     if (s.claim->fits) {
@@ -71,14 +82,26 @@ Json result_json(const Scenario& s, const StepResult& r) {
   return j;
 }
 
-void write_text_report(std::ostream& os, const Scenario& s, const StepResult& r) {
+void write_text_report(std::ostream& os, const Scenario& s, const StepResult& r, double baseline_tokens_per_s) {
   const auto& t = s.training;
   os << "scenario   " << s.name << (s.description.empty() ? "" : ": " + s.description) << "\n";
   os << "model      " << (s.model.name.empty() ? "custom" : s.model.name) << ", " << fmt("%.2f", r.params_total / 1e9)
      << "B parameters (" << fmt("%.3g", r.params_trainable / 1e9) << "B trained), " << s.model.layers << " layers, hidden "
      << s.model.hidden << "\n";
-  os << "hardware   " << s.gpus() << " x " << s.gpu.name << " (" << gb(s.gpu.memory.value) << "), profile "
-     << s.profile.name << "\n";
+  os << "hardware   " << s.gpus() << " x " << s.gpu.name << " (" << gb(s.gpu.memory.value) << ")";
+  if (s.gpus() > 1) os << " in " << s.nodes << " node" << (s.nodes > 1 ? "s" : "") << " of " << s.gpus_per_node;
+  os << ", profile " << s.profile.name << "\n";
+  if (s.gpus() > 1) {
+    const auto& p = s.parallelism;
+    os << "plan       dp " << p.dp << ", tp " << p.tp << (p.sequence_parallel ? " (+SP)" : "") << ", pp " << p.pp;
+    if (p.pp > 1) os << " (" << p.pp_schedule << (p.virtual_stages > 1 ? ", " + std::to_string(p.virtual_stages) + " virtual" : "") << ")";
+    if (p.cp > 1) os << ", cp " << p.cp;
+    if (p.ep > 1) os << ", ep " << p.ep;
+    if (p.zero > 0) os << ", ZeRO-" << p.zero;
+    if (!p.fsdp.empty()) os << ", FSDP " << p.fsdp;
+    if (p.offload_optimizer) os << ", optimizer offloaded";
+    os << "\n";
+  }
   os << "training   seq " << t.seq_len << ", micro-batch " << t.micro_batch << ", global batch " << t.global_batch
      << ", " << t.precision.name << ", recompute " << recompute_name(t.recompute) << ", "
      << (t.attention == AttentionImpl::flash ? "flash" : "naive") << " attention"
@@ -96,7 +119,18 @@ void write_text_report(std::ostream& os, const Scenario& s, const StepResult& r)
   os << "  compute        " << human_time(r.compute_s) << "  " << pct(r.compute_s) << "\n";
   if (r.recompute_s > 0) os << "  recompute      " << human_time(r.recompute_s) << "  " << pct(r.recompute_s) << "\n";
   os << "  optimizer      " << human_time(r.optimizer_s) << "  " << pct(r.optimizer_s) << "\n";
+  if (s.gpus() > 1) {
+    os << "  exposed comm   " << human_time(r.exposed_comm_s) << "  " << pct(r.exposed_comm_s) << "  (tp "
+       << human_time(r.tp_comm_s) << ", dp " << human_time(r.dp_comm_exposed_s) << " of " << human_time(r.dp_comm_total_s)
+       << (r.cp_comm_s > 0 ? ", cp " + human_time(r.cp_comm_s) : "") << (r.ep_comm_s > 0 ? ", ep " + human_time(r.ep_comm_s) : "")
+       << ")\n";
+    if (s.parallelism.pp > 1) os << "  pipeline bubble " << human_time(r.pipeline_bubble_s) << " " << pct(r.pipeline_bubble_s) << "\n";
+  }
   os << "  host overhead  " << human_time(r.host_stall_s) << "  " << pct(r.host_stall_s) << "  (GPU idle, waiting for launches)\n";
+  if (baseline_tokens_per_s > 0 && s.gpus() > 1)
+    os << "  scaling        " << fmt("%.2fx", r.tokens_per_s / baseline_tokens_per_s) << " the throughput of one GPU on "
+       << s.gpus() << " GPUs: " << fmt("%.0f%%", 100 * r.tokens_per_s / baseline_tokens_per_s / double(s.gpus()))
+       << " efficiency\n";
   if (r.micro_batches > 1) os << "  (" << r.micro_batches << " micro-batches accumulated per step)\n";
   if (s.claim) {
     os << "\nclaim      " << s.claim->source << ": \"" << s.claim->quote << "\"\n";
@@ -111,12 +145,19 @@ void write_trace(const std::string& file, const StepResult& r) {
   std::ofstream out(file);
   if (!out) throw InputError(file + ": cannot write the trace");
   Json events = Json::array();
-  events.push_back({{"ph", "M"}, {"pid", 0}, {"name", "process_name"}, {"args", {{"name", "gpu0"}}}});
-  events.push_back({{"ph", "M"}, {"pid", 0}, {"tid", 0}, {"name", "thread_name"}, {"args", {{"name", "host (launches)"}}}});
-  events.push_back({{"ph", "M"}, {"pid", 0}, {"tid", 1}, {"name", "thread_name"}, {"args", {{"name", "compute stream"}}}});
+  int ranks = 1;
+  for (const TraceSpan& sp : r.trace) ranks = std::max(ranks, sp.rank + 1);
+  static const char* kTracks[] = {"host (launches)", "compute stream", "data-parallel comm", "pipeline send (fwd)",
+                                  "pipeline send (bwd)"};
+  for (int p = 0; p < ranks; ++p) {
+    events.push_back({{"ph", "M"}, {"pid", p}, {"name", "process_name"},
+                      {"args", {{"name", ranks > 1 ? "stage " + std::to_string(p) : std::string("gpu0")}}}});
+    for (int t = 0; t < 5; ++t)
+      events.push_back({{"ph", "M"}, {"pid", p}, {"tid", t}, {"name", "thread_name"}, {"args", {{"name", kTracks[t]}}}});
+  }
   for (const TraceSpan& sp : r.trace) {
     if (sp.end == sp.start && sp.name == "memory") continue;
-    events.push_back({{"ph", "X"}, {"pid", 0}, {"tid", sp.track}, {"name", sp.name}, {"ts", sp.start.us()},
+    events.push_back({{"ph", "X"}, {"pid", sp.rank}, {"tid", sp.track}, {"name", sp.name}, {"ts", sp.start.us()},
                       {"dur", (sp.end - sp.start).us()}});
   }
   for (const auto& [t, bytes] : r.memory_timeline)

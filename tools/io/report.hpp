@@ -10,8 +10,10 @@
 
 namespace scaleout {
 
-Json result_json(const Scenario& s, const StepResult& r);
-void write_text_report(std::ostream& os, const Scenario& s, const StepResult& r);
+// `baseline_tokens_per_s`: one GPU running the same micro-batch (0: not computed); gives the
+// scaling efficiency of a parallel plan.
+Json result_json(const Scenario& s, const StepResult& r, double baseline_tokens_per_s = 0);
+void write_text_report(std::ostream& os, const Scenario& s, const StepResult& r, double baseline_tokens_per_s = 0);
 void write_trace(const std::string& file, const StepResult& r);
 
 }  // namespace scaleout

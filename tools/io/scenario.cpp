@@ -287,6 +287,13 @@ Parallelism parse_parallelism(JsonReader r) {
   p.virtual_stages = r.integer_or("virtual_stages", 1, 1, 1024);
   p.zero = r.integer_or("zero", 0, 0, 3);
   p.fsdp = r.choice_or("fsdp", {"", "full_shard", "shard_grad_op", "hybrid_shard", "no_shard"}, "");
+  p.offload_optimizer = r.boolean_or("offload_optimizer", false);
+  p.ddp_bucket_bytes = r.quantity_or("ddp_bucket", QuantityKind::bytes, p.ddp_bucket_bytes);
+  if (p.ddp_bucket_bytes <= 0) r.fail("ddp_bucket", "must be positive");
+  p.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", true);
+  if (p.offload_optimizer && p.zero == 0 && p.fsdp.empty()) r.fail("offload_optimizer", "needs zero >= 1 or an fsdp strategy");
+  if (p.pp_schedule == "interleaved" && p.virtual_stages < 2)
+    r.fail("virtual_stages", "the interleaved schedule needs virtual_stages >= 2");
   if (p.zero > 0 && !p.fsdp.empty()) r.fail("fsdp", "give either zero or fsdp, not both");
   r.finish();
   return p;
@@ -313,6 +320,20 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
   }
   s.nodes = c.integer_or("nodes", 1, 1, kMaxGpus);
   s.gpus_per_node = c.integer_or("gpus_per_node", 1, 1, 1024);
+  // Inside a node: NVLink through NVSwitch (half the quoted bidirectional figure each way), or
+  // PCIe. Between nodes: the NICs' bandwidth shared by the node's GPUs; by default one NIC per
+  // GPU at the speed of the GPU's generation (HDR 200 Gb/s with A100 and V100 as in DGX A100,
+  // NDR 400 Gb/s with H100/H200/B200 as in DGX H100).
+  const bool nvswitch = s.gpu.default_node == "nvswitch" || s.gpu.default_node == "infinity-fabric";
+  const double intra_default = nvswitch && s.gpu.nvlink_bandwidth.value > 0 ? s.gpu.nvlink_bandwidth.value / 2
+                                                                            : s.gpu.pcie_bandwidth.value;
+  s.intra_node_bandwidth = c.quantity_or("intra_node_bandwidth", QuantityKind::bandwidth, intra_default);
+  const bool older = s.gpu.name == "a100-80g" || s.gpu.name == "a100-40g" || s.gpu.name == "v100";
+  const double nic = c.quantity_or("nic_bandwidth", QuantityKind::bandwidth, older ? 25e9 : 50e9);
+  const std::int64_t nics = c.integer_or("nics_per_node", s.gpus_per_node, 1, 1024);
+  s.inter_node_bandwidth = nic * double(nics) / double(s.gpus_per_node);
+  s.intra_node_latency_s = c.quantity_or("intra_node_latency", QuantityKind::time_s, s.intra_node_latency_s);
+  s.inter_node_latency_s = c.quantity_or("inter_node_latency", QuantityKind::time_s, s.inter_node_latency_s);
   if (c.has("memory")) s.gpu.memory = Bytes{c.quantity("memory", QuantityKind::bytes)};
   else c.ignore("memory");
   const std::string prof = c.string_or("profile", "auto");
@@ -337,12 +358,26 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
   if (s.model.heads % p.tp != 0)
     r.fail("parallelism/tp", std::to_string(p.tp) + " does not divide heads=" + std::to_string(s.model.heads));
   if (p.dp % p.ep != 0) r.fail("parallelism/ep", std::to_string(p.ep) + " does not divide dp=" + std::to_string(p.dp));
-  if (s.model.layers % (p.pp * p.virtual_stages) != 0 && p.pp > 1)
+  if (s.model.layers < p.pp * p.virtual_stages)
     r.fail("parallelism/pp", "pp*virtual_stages = " + std::to_string(p.pp * p.virtual_stages) +
-                                 " does not divide layers=" + std::to_string(s.model.layers));
+                                 " exceeds layers=" + std::to_string(s.model.layers));
   if (s.training.global_batch % (s.training.micro_batch * p.dp) != 0)
     r.fail("training/global_batch", std::to_string(s.training.global_batch) + " is not a multiple of micro_batch*dp=" +
                                         std::to_string(s.training.micro_batch * p.dp));
+  if (p.pp_schedule == "interleaved") {
+    const std::int64_t mbs = s.training.global_batch / (s.training.micro_batch * p.dp);
+    if (mbs % p.pp != 0)
+      r.fail("training/global_batch", "the interleaved schedule needs the number of micro-batches (" + std::to_string(mbs) +
+                                          ") to be a multiple of pp=" + std::to_string(p.pp));
+  }
+  if (p.sequence_parallel && p.tp == 1) r.fail("parallelism/sequence_parallel", "needs tp > 1");
+  if (s.training.seq_len % (p.cp * (p.sequence_parallel ? p.tp : 1)) != 0)
+    r.fail("training/seq_len", std::to_string(s.training.seq_len) + " is not divisible by cp" +
+                                   std::string(p.sequence_parallel ? "*tp" : "") + "=" +
+                                   std::to_string(p.cp * (p.sequence_parallel ? p.tp : 1)));
+  if (s.model.ffn % p.tp != 0) r.fail("parallelism/tp", std::to_string(p.tp) + " does not divide ffn=" + std::to_string(s.model.ffn));
+  if (s.model.experts > 1 && s.model.experts % p.ep != 0)
+    r.fail("parallelism/ep", std::to_string(p.ep) + " does not divide experts=" + std::to_string(s.model.experts));
   if (s.training.seq_len > (std::int64_t(1) << 22) && s.training.attention == AttentionImpl::naive)
     r.fail("training/seq_len", "naive attention at this length is out of any GPU's reach; use flash");
 

@@ -20,6 +20,9 @@ struct Parallelism {
   std::int64_t virtual_stages = 1;
   std::int64_t zero = 0;
   std::string fsdp;  // empty: none
+  bool offload_optimizer = false;
+  double ddp_bucket_bytes = 25.0 * 1024 * 1024;
+  bool overlap_grad_reduce = true;
 };
 
 // What the seed article (or a paper) claims about the scenario, kept beside the prediction.
@@ -40,6 +43,11 @@ struct Scenario {
   ComputeProfile profile;
   std::int64_t nodes = 1;
   std::int64_t gpus_per_node = 1;
+  // Links per GPU and direction (the flow-level network refines these).
+  double intra_node_bandwidth = 0;
+  double inter_node_bandwidth = 0;
+  double intra_node_latency_s = 3e-6;
+  double inter_node_latency_s = 6e-6;
   Parallelism parallelism;
   std::optional<Claim> claim;
   std::int64_t gpus() const { return nodes * gpus_per_node; }

@@ -1,23 +1,57 @@
 #include "tools/io/simulate.hpp"
 
+#include "sim/training/step.hpp"
 #include "tools/io/report.hpp"
 
 namespace scaleout {
 
-StepResult simulate_scenario(const Scenario& s, bool keep_trace) {
-  if (s.gpus() > 1)
-    throw InputError(s.file, "/cluster",
-                     "this build simulates one GPU; parallel plans over " + std::to_string(s.gpus()) +
-                         " GPUs are not implemented yet");
+StepConfig step_config(const Scenario& s) {
   StepConfig cfg;
   cfg.model = s.model;
   cfg.training = s.training;
   cfg.gpu = s.gpu;
   cfg.profile = s.profile;
-  cfg.keep_trace = keep_trace;
-  return simulate_single_gpu_step(cfg);
+  const Parallelism& p = s.parallelism;
+  ParallelPlan& pp = cfg.parallel;
+  pp.dp = p.dp;
+  pp.tp = p.tp;
+  pp.pp = p.pp;
+  pp.cp = p.cp;
+  pp.ep = p.ep;
+  pp.sequence_parallel = p.sequence_parallel;
+  pp.schedule = p.pp_schedule == "gpipe" ? PipelineSchedule::gpipe
+              : p.pp_schedule == "interleaved" ? PipelineSchedule::interleaved : PipelineSchedule::one_f_one_b;
+  pp.virtual_stages = p.virtual_stages;
+  pp.zero = int(p.zero);
+  pp.fsdp = p.fsdp == "full_shard" ? FsdpMode::full_shard : p.fsdp == "shard_grad_op" ? FsdpMode::shard_grad_op
+          : p.fsdp == "hybrid_shard" ? FsdpMode::hybrid_shard : p.fsdp == "no_shard" ? FsdpMode::no_shard : FsdpMode::none;
+  pp.offload_optimizer = p.offload_optimizer;
+  pp.ddp_bucket_bytes = p.ddp_bucket_bytes;
+  pp.overlap_grad_reduce = p.overlap_grad_reduce;
+  pp.gpus_per_node = s.gpus_per_node;
+  pp.links.intra_node_bandwidth = s.intra_node_bandwidth;
+  pp.links.inter_node_bandwidth = s.inter_node_bandwidth;
+  pp.links.intra_node_latency_s = s.intra_node_latency_s;
+  pp.links.inter_node_latency_s = s.inter_node_latency_s;
+  pp.links.pcie_bandwidth = s.gpu.pcie_bandwidth.value;
+  return cfg;
 }
 
-Json simulate_scenario_json(const Scenario& s) { return result_json(s, simulate_scenario(s)); }
+StepResult simulate_scenario(const Scenario& s, bool keep_trace) {
+  StepConfig cfg = step_config(s);
+  cfg.keep_trace = keep_trace;
+  return simulate_step(cfg);
+}
+
+double single_gpu_baseline(const Scenario& s) {
+  if (s.gpus() <= 1) return 0;
+  Scenario one = s;
+  one.nodes = one.gpus_per_node = 1;
+  one.parallelism = Parallelism{};
+  one.training.global_batch = one.training.micro_batch;
+  return simulate_scenario(one).tokens_per_s;
+}
+
+Json simulate_scenario_json(const Scenario& s) { return result_json(s, simulate_scenario(s), single_gpu_baseline(s)); }
 
 }  // namespace scaleout

@@ -455,7 +455,8 @@ void print_summary(const std::vector<std::string>& lines) {
       b.what = w;
     }
   };
-  Best gemm[4], copy, adam, attn_cudnn_fwd, attn_cudnn_bwd, attn_own_fwd, attn_own_bwd;
+  Best gemm[4], copy, adam;
+  std::vector<std::pair<std::string, Best[2]>> attn;  // per implementation: fwd, bwd
   const char* gemm_types[4] = {"bf16", "fp8", "fp16", "tf32"};
   double pinned_h2d = -1, pinned_d2h = -1, pageable_h2d = -1, pageable_d2h = -1, pcie_bytes = 0;
   double launch_us = -1, graph_us = -1, sync_us = -1;
@@ -512,10 +513,13 @@ void print_summary(const std::vector<std::string>& lines) {
       const bool bwd = is(l, "pass", "bwd");
       std::string impl;
       field_str(l, "impl", &impl);
-      if (impl == "own")
-        upd(bwd ? attn_own_bwd : attn_own_fwd, v, w);
-      else
-        upd(bwd ? attn_cudnn_bwd : attn_cudnn_fwd, v, w);
+      size_t idx = 0;
+      while (idx < attn.size() && attn[idx].first != impl) ++idx;
+      if (idx == attn.size()) {
+        attn.emplace_back();
+        attn.back().first = impl;
+      }
+      upd(attn[idx].second[bwd ? 1 : 0], v, w);
     }
   }
   auto row = [](const char* name, const Best& b, const char* unit) {
@@ -533,10 +537,11 @@ void print_summary(const std::vector<std::string>& lines) {
   printf("\n==== scaleout-harness summary: %d measurements, %d with errors, checks %d/%d ok%s%s ====\n", total, errors,
          checks_ok, checks, check_fail.empty() ? "" : " (failed:", check_fail.empty() ? "" : (check_fail + ")").c_str());
   for (int i = 0; i < 4; ++i) row((std::string("best GEMM ") + gemm_types[i]).c_str(), gemm[i], "TFLOP/s");
-  row("attention cudnn fwd (best)", attn_cudnn_fwd, "TFLOP/s");
-  row("attention cudnn bwd (best)", attn_cudnn_bwd, "TFLOP/s");
-  row("attention own fwd (best)", attn_own_fwd, "TFLOP/s");
-  row("attention own bwd (best)", attn_own_bwd, "TFLOP/s");
+  if (attn.empty()) printf("  %-28s %12s\n", "attention", "-");
+  for (const auto& a : attn) {
+    row(("attention " + a.first + " fwd").c_str(), a.second[0], "TFLOP/s");
+    row(("attention " + a.first + " bwd").c_str(), a.second[1], "TFLOP/s");
+  }
   row("copy (best)", copy, "GB/s");
   row("adam (best)", adam, "GB/s");
   printf("  PCIe at %.0f MiB:\n", pcie_bytes / 1048576.0);

@@ -1,0 +1,126 @@
+// Parallel plans against closed forms: the pipeline bubble of GPipe/1F1B, the activations each
+// schedule keeps, DDP's exposed all-reduce, ZeRO's shares of state, tensor parallelism's traffic.
+#include <catch2/catch.hpp>
+
+#include "sim/network/collective_model.hpp"
+#include "sim/training/step.hpp"
+#include "tools/io/scenario.hpp"
+
+using namespace scaleout;
+
+namespace {
+
+// A uniform stack (tiny vocabulary, no host overhead) so that stages are equal.
+StepConfig uniform(std::int64_t layers, std::int64_t pp, std::int64_t m, PipelineSchedule sched, std::int64_t v = 1) {
+  StepConfig c;
+  c.model.arch = Arch::llama;
+  c.model.layers = layers;
+  c.model.hidden = 2048;
+  c.model.heads = 16;
+  c.model.kv_heads = 16;
+  c.model.ffn = 8192;
+  c.model.vocab = 128;
+  c.training.seq_len = 2048;
+  c.training.micro_batch = 1;
+  c.training.global_batch = m;
+  c.training.precision = *precision_recipe("megatron-bf16");
+  c.gpu = load_gpu("a100-80g");
+  c.profile = default_profile(c.gpu);
+  c.profile.host_fwd_kernel = c.profile.host_bwd_kernel = c.profile.host_opt_kernel = c.profile.host_opt_tensor = Time::zero();
+  c.parallel.pp = pp;
+  c.parallel.schedule = sched;
+  c.parallel.virtual_stages = v;
+  c.parallel.gpus_per_node = 8;
+  c.parallel.links.intra_node_bandwidth = 300e9;
+  c.parallel.links.inter_node_bandwidth = 25e9;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("GPipe's bubble is (p-1)/(m+p-1) of the step", "[sim][parallel]") {
+  // With equal stages of forward+backward time t per micro-batch: step = (m + p - 1) t, of
+  // which (p - 1) t is idle on every stage.
+  const std::int64_t p = 4, m = 8;
+  const StepResult r = simulate_step(uniform(16, p, m, PipelineSchedule::gpipe));
+  const double expected = double(p - 1) / double(m + p - 1);
+  const double busy = r.compute_s + r.recompute_s;
+  const double pipeline_part = r.step_time_s - r.optimizer_s;
+  CHECK(r.pipeline_bubble_s / pipeline_part == Approx(expected).epsilon(0.10));
+  CHECK(busy / pipeline_part == Approx(1 - expected).epsilon(0.10));
+}
+
+TEST_CASE("1F1B has GPipe's bubble but keeps at most p micro-batches of activations", "[sim][parallel]") {
+  const std::int64_t p = 4, m = 16;
+  const StepResult gpipe = simulate_step(uniform(16, p, m, PipelineSchedule::gpipe));
+  const StepResult one = simulate_step(uniform(16, p, m, PipelineSchedule::one_f_one_b));
+  CHECK(one.step_time_s == Approx(gpipe.step_time_s).epsilon(0.05));
+  // Stage 0 holds m micro-batches under GPipe and p under 1F1B.
+  const double act_gpipe = gpipe.rank_peak_bytes[0], act_one = one.rank_peak_bytes[0];
+  CHECK(act_one < act_gpipe);
+  // The last stage holds one micro-batch under 1F1B: less than the first.
+  CHECK(one.rank_peak_bytes[p - 1] < one.rank_peak_bytes[0]);
+}
+
+TEST_CASE("interleaving virtual stages shrinks the bubble", "[sim][parallel]") {
+  const StepResult one = simulate_step(uniform(16, 4, 8, PipelineSchedule::one_f_one_b));
+  const StepResult inter = simulate_step(uniform(16, 4, 8, PipelineSchedule::interleaved, 2));
+  CHECK(inter.pipeline_bubble_s < 0.7 * one.pipeline_bubble_s);
+  CHECK(inter.step_time_s < one.step_time_s);
+}
+
+TEST_CASE("DDP without overlap exposes the whole ring all-reduce", "[sim][parallel]") {
+  // 2(p-1)a + 2(p-1)/p * S / B for the gradients S, when it runs after the backward.
+  StepConfig c = uniform(4, 1, 1, PipelineSchedule::one_f_one_b);
+  c.parallel.dp = 8;
+  c.training.global_batch = 8;
+  c.training.precision = *precision_recipe("bf16");
+  c.parallel.overlap_grad_reduce = false;
+  c.parallel.ddp_bucket_bytes = 1e15;  // one bucket
+  const StepResult r = simulate_step(c);
+  const double grads = r.params_trainable * 2;
+  const LinkParams& l = c.parallel.links;
+  const double expect = collective_seconds(CollectiveKind::all_reduce, 8, grads, l.intra_node_bandwidth * l.intra_node_efficiency,
+                                           l.intra_node_latency_s);
+  CHECK(r.dp_comm_exposed_s == Approx(expect).epsilon(0.02));
+  c.parallel.overlap_grad_reduce = true;
+  c.parallel.ddp_bucket_bytes = 25.0 * 1024 * 1024;
+  const StepResult o = simulate_step(c);
+  CHECK(o.dp_comm_exposed_s < 0.5 * r.dp_comm_exposed_s);
+}
+
+TEST_CASE("ZeRO stages shard optimizer state, then gradients, then parameters", "[sim][parallel]") {
+  StepConfig c = uniform(8, 1, 8, PipelineSchedule::one_f_one_b);
+  c.training.precision = *precision_recipe("bf16-mixed");
+  c.training.recompute = Recompute::full;
+  c.parallel.dp = 8;
+  c.training.global_batch = 8;
+  std::array<double, kMemCategoryCount> b[4];
+  double n = 0;
+  for (int z = 0; z <= 3; ++z) {
+    c.parallel.zero = z;
+    const StepResult r = simulate_step(c);
+    b[z] = r.peak_breakdown;
+    n = r.params_trainable;
+  }
+  CHECK(b[0][2] == Approx(8 * n));
+  CHECK(b[1][2] == Approx(8 * n / 8));
+  CHECK(b[0][0] == Approx(4 * n));
+  CHECK(b[3][0] == Approx(4 * n / 8));
+  CHECK(b[2][1] < b[1][1]);
+}
+
+TEST_CASE("tensor parallelism: two all-reduces of b*s*h per layer forward and two backward", "[sim][parallel]") {
+  StepConfig c = uniform(4, 1, 1, PipelineSchedule::one_f_one_b);
+  c.parallel.tp = 8;
+  const StepResult r = simulate_step(c);
+  const LinkParams& l = c.parallel.links;
+  const double msg = 2048.0 * 2048 * 2;  // b*s*h in bf16
+  const double ar = collective_seconds(CollectiveKind::all_reduce, 8, msg, l.intra_node_bandwidth * l.intra_node_efficiency,
+                                       l.intra_node_latency_s);
+  // 4 layers x (2 forward + 2 backward) + the embedding's forward all-reduce + the LM head's
+  // input-gradient all-reduce (column-parallel), plus the loss's three small all-reduces.
+  const double small = collective_seconds(CollectiveKind::all_reduce, 8, 2048.0 * 4, l.intra_node_bandwidth * l.intra_node_efficiency,
+                                          l.intra_node_latency_s);
+  CHECK(r.tp_comm_s == Approx(18 * ar + 3 * small).epsilon(0.01));
+}
