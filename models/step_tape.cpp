@@ -380,10 +380,16 @@ class Builder {
       qk.bwd.push_back(gemm_kernel("qk_dgrad_q", si, hdi, si, bh, c));
       qk.bwd.push_back(gemm_kernel("qk_dgrad_k", si, hdi, si, bh, c));
       push(std::move(qk));
-      const int scaled = ew("scale_mask", {scores}, ss, c, {}, false, 2);
-      const int sf = cast(scaled, Dtype::fp32);
-      const int p = ew("softmax", {sf}, ss, Dtype::fp32, {}, true);
-      int pc = cast(p, c);
+      int pc;
+      if (r_.fused_kernels) {
+        // Megatron's FusedScaleMaskSoftmax: one kernel, the probabilities kept in 16 bits.
+        pc = ew("scale_mask_softmax", {scores}, ss, c, {}, true);
+      } else {
+        const int scaled = ew("scale_mask", {scores}, ss, c, {}, false, 2);
+        const int sf = cast(scaled, Dtype::fp32);
+        const int p = ew("softmax", {sf}, ss, Dtype::fp32, {}, true);
+        pc = cast(p, c);
+      }
       pc = dropout("attn_dropout", pc);
       const int ob = tensor("pv", tokens_ * heads * hd, c);
       OpRec pv;

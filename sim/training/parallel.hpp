@@ -31,6 +31,8 @@ struct ParallelPlan {
   bool offload_optimizer = false;
   double ddp_bucket_bytes = 25.0 * 1024 * 1024;  // torch DDP bucket_cap_mb = 25
   bool overlap_grad_reduce = true;               // DDP buckets overlap backward
+  double grad_reduce_bytes = 0;                  // bytes per gradient element reduced; 0: the recipe's grad dtype
+  bool pipeline_scatter_gather = true;           // Megatron splits p2p activations across TP ranks
   std::int64_t gpus_per_node = 1;
   LinkParams links;
   double cpu_optimizer_params_per_s = 1.0e9;     // CPU Adam throughput when offloaded

@@ -253,7 +253,7 @@ StepResult simulate_step(const StepConfig& cfg) {
     return {first, last};
   };
 
-  const double gdt = dtype_bytes(tr.precision.grad);
+  const double gdt = par.grad_reduce_bytes > 0 ? par.grad_reduce_bytes : dtype_bytes(tr.precision.grad);
   const Dtype gather_dtype = tr.precision.compute == Dtype::fp8 ? Dtype::bf16 : tr.precision.compute;
   std::map<std::tuple<int, bool, int, int>, TaskId> sends;  // (dest rank, forward?, chunk, mb) -> transfer
 
@@ -369,7 +369,10 @@ StepResult simulate_step(const StepConfig& cfg) {
       if (dest_vs >= 0 && dest_vs < chunks_total) {
         const int dest_rank = int(dest_vs % par.pp);
         const int dest_chunk = int(dest_vs / par.pp);
-        const double bytes = w.forward ? ch.tape.tensors[ch.tape.output].bytes : ch.tape.tensors[ch.tape.input].bytes;
+        double bytes = w.forward ? ch.tape.tensors[ch.tape.output].bytes : ch.tape.tensors[ch.tape.input].bytes;
+        // Megatron's scatter-gather: each TP rank sends 1/tp of the (replicated) activation and the
+        // receivers all-gather it over NVLink (SC21 section 4.1).
+        if (par.tp > 1 && !par.sequence_parallel && par.pipeline_scatter_gather) bytes /= double(par.tp);
         const GroupShape g = group_shape(par, CommGroup::pp, s);
         const bool cross = g.spans_nodes && (s / std::max<std::int64_t>(1, par.gpus_per_node / std::max<std::int64_t>(1, par.tp * par.cp * par.dp))) !=
                                                 (dest_rank / std::max<std::int64_t>(1, par.gpus_per_node / std::max<std::int64_t>(1, par.tp * par.cp * par.dp)));

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "tools/cli/calibrate.hpp"
+#include "tools/cli/sweep.hpp"
 #include "tools/cli/validate.hpp"
 #include "tools/io/report.hpp"
 #include "tools/io/scenario.hpp"
@@ -81,6 +82,11 @@ void register_commands(CLI::App& app) {
   single->add_option("--profile", vopts->profile, "auto, datasheet, or a profile file")->default_val("auto");
   single->add_option("--gpu", vopts->gpu, "GPU the measurements ran on")->default_val("h200");
   single->callback([vopts] { validate_single_gpu(*vopts, std::cout); });
+  auto popts = std::make_shared<std::array<std::string, 2>>();
+  CLI::App* parallel = validate->add_subcommand("parallel", "Published Megatron runs (SC21 Table 1, Korthikanti Table 5)");
+  parallel->add_option("runs", (*popts)[0], "reference_runs.json")->required();
+  parallel->add_option("--only", (*popts)[1], "Only rows whose id contains this");
+  parallel->callback([popts] { validate_parallel((*popts)[0], (*popts)[1], std::cout); });
   validate->require_subcommand(1);
 
   auto copts = std::make_shared<CalibrateOptions>();
@@ -97,6 +103,7 @@ void register_commands(CLI::App& app) {
   host->add_option("-o,--out", (*hopts)[2], "Profile to write")->required();
   host->callback([hopts] { calibrate_host((*hopts)[0], (*hopts)[1], (*hopts)[2], std::cout); });
   calibrate->require_subcommand(1);
+  register_sweep_command(app);
 }
 
 }  // namespace scaleout

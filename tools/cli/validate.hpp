@@ -29,4 +29,7 @@ void calibrate_host(const std::string& steps, const std::string& profile_in, con
 // statistics per split. Returns false when a target of the foundation issue is missed.
 bool validate_single_gpu(const ValidateOptions& o, std::ostream& os);
 
+// The published Megatron rows (validation/parallel/reference_runs.json) as scenarios, predicted.
+bool validate_parallel(const std::string& file, const std::string& only, std::ostream& os);
+
 }  // namespace scaleout

@@ -291,6 +291,7 @@ Parallelism parse_parallelism(JsonReader r) {
   p.ddp_bucket_bytes = r.quantity_or("ddp_bucket", QuantityKind::bytes, p.ddp_bucket_bytes);
   if (p.ddp_bucket_bytes <= 0) r.fail("ddp_bucket", "must be positive");
   p.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", true);
+  p.grad_reduce_dtype = r.choice_or("grad_reduce_dtype", {"", "fp32", "bf16", "fp16"}, "");
   if (p.offload_optimizer && p.zero == 0 && p.fsdp.empty()) r.fail("offload_optimizer", "needs zero >= 1 or an fsdp strategy");
   if (p.pp_schedule == "interleaved" && p.virtual_stages < 2)
     r.fail("virtual_stages", "the interleaved schedule needs virtual_stages >= 2");

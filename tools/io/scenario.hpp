@@ -23,6 +23,7 @@ struct Parallelism {
   bool offload_optimizer = false;
   double ddp_bucket_bytes = 25.0 * 1024 * 1024;
   bool overlap_grad_reduce = true;
+  std::string grad_reduce_dtype;  // empty: the precision recipe's gradient dtype
 };
 
 // What the seed article (or a paper) claims about the scenario, kept beside the prediction.

@@ -28,6 +28,7 @@ StepConfig step_config(const Scenario& s) {
   pp.offload_optimizer = p.offload_optimizer;
   pp.ddp_bucket_bytes = p.ddp_bucket_bytes;
   pp.overlap_grad_reduce = p.overlap_grad_reduce;
+  if (!p.grad_reduce_dtype.empty()) pp.grad_reduce_bytes = dtype_bytes(*parse_dtype(p.grad_reduce_dtype));
   pp.gpus_per_node = s.gpus_per_node;
   pp.links.intra_node_bandwidth = s.intra_node_bandwidth;
   pp.links.inter_node_bandwidth = s.inter_node_bandwidth;

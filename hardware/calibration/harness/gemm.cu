@@ -161,6 +161,7 @@ TimingOptions gemm_timing(bool quick) {
   o.target_total_s = quick ? 0.03 : 0.08;
   o.max_measure_s = quick ? 0.3 : 0.6;
   o.target_rep_s = 0.5e-3;
+  o.max_inner = 256;  // a captured batch walks through up to 256 rotation sets
   return o;
 }
 
@@ -248,7 +249,7 @@ CaseLayout layout_of(const GemmCase& c, size_t l2_bytes) {
   l.a_stride = align_up(l.a_bytes, 256);
   l.b_stride = align_up(l.b_bytes, 256);
   l.c_stride = align_up(l.c_bytes, 256);
-  l.sets = rotation_sets(l.a_bytes + l.b_bytes + l.c_bytes, l2_bytes);
+  l.sets = rotation_sets(l.a_bytes + l.b_bytes + l.c_bytes, l2_bytes, 256);
   return l;
 }
 
