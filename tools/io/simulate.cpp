@@ -49,7 +49,8 @@ double single_gpu_baseline(const Scenario& s) {
   Scenario one = s;
   one.nodes = one.gpus_per_node = 1;
   one.parallelism = Parallelism{};
-  one.training.global_batch = one.training.micro_batch;
+  // The same job on one GPU: the whole global batch by gradient accumulation, so that the
+  // optimizer step is amortised over the same tokens.
   return simulate_scenario(one).tokens_per_s;
 }
 

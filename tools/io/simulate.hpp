@@ -8,7 +8,8 @@ namespace scaleout {
 
 StepConfig step_config(const Scenario& s);
 StepResult simulate_scenario(const Scenario& s, bool keep_trace = false);
-// Tokens/s of one GPU running the scenario's micro-batch (0 for a one-GPU scenario).
+// Tokens/s of one GPU running the same job: same micro-batch and global batch, by gradient
+// accumulation (0 for a one-GPU scenario).
 double single_gpu_baseline(const Scenario& s);
 // The result object of `scaleout run --format json`.
 Json simulate_scenario_json(const Scenario& s);

@@ -198,6 +198,7 @@ Sweep parse_sweep(const std::string& text, const std::string& file) {
     r.ignore("zip");
   }
   if (r.has("list")) {
+    r.ignore("list");
     const OrderedJson& l = oj["list"];
     if (!l.is_array() || l.empty()) r.fail("list", "expected a non-empty array of objects {path: value}, got " + describe(j["list"]));
     for (std::size_t i = 0; i < l.size(); ++i) {
