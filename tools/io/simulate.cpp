@@ -50,8 +50,19 @@ double single_gpu_baseline(const Scenario& s) {
   one.nodes = one.gpus_per_node = 1;
   one.parallelism = Parallelism{};
   // The same job on one GPU: the whole global batch by gradient accumulation, so that the
-  // optimizer step is amortised over the same tokens.
-  return simulate_scenario(one).tokens_per_s;
+  // optimizer step is amortised over the same tokens. Accumulation is linear in the number of
+  // micro-batches (each one the same forward and backward), so two short simulations give it:
+  // T(m) = T(1) + (m - 1) (T(2) - T(1)).
+  const std::int64_t m = s.training.global_batch / s.training.micro_batch;
+  one.training.global_batch = one.training.micro_batch;
+  const double t1 = simulate_scenario(one).step_time_s;
+  double t = t1;
+  if (m > 1) {
+    one.training.global_batch = 2 * one.training.micro_batch;
+    const double t2 = simulate_scenario(one).step_time_s;
+    t = t1 + double(m - 1) * (t2 - t1);
+  }
+  return t > 0 ? double(s.training.global_batch) * double(s.training.seq_len) / t : 0;
 }
 
 Json simulate_scenario_json(const Scenario& s) { return result_json(s, simulate_scenario(s), single_gpu_baseline(s)); }
