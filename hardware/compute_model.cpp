@@ -47,8 +47,10 @@ Time ComputeModel::gemm_time(const GemmShape& g, Dtype d) const {
   if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0) return Time::zero();
   Dtype eff_dtype = gpu_.supports(d) ? d : (gpu_.supports(Dtype::fp16) ? Dtype::fp16 : Dtype::fp32);
   const double eff = std::max(1e-3, profile_.gemm_eff(eff_dtype));
-  const double sm_rate = peak_for(gpu_, d) / std::max(1, gpu_.sms) * eff;
   const double elem = dtype_bytes(d);
+  const auto align = static_cast<std::int64_t>(std::max(1.0, 16.0 / elem));
+  const bool aligned = g.m % align == 0 && g.n % align == 0 && g.k % align == 0;
+  const double sm_rate = peak_for(gpu_, d) / std::max(1, gpu_.sms) * eff * (aligned ? 1.0 : profile_.gemm_unaligned_efficiency);
   const double bytes = double(g.batch) * (double(g.m) * double(g.k) + double(g.k) * double(g.n) +
                                           double(g.m) * double(g.n)) * elem;
   const double t_mem = bytes / (gpu_.hbm_bandwidth.value * profile_.memory_efficiency);

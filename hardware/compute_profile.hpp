@@ -28,6 +28,9 @@ struct ComputeProfile {
   // Short reduction dimensions pay prologue/epilogue: efficiency scales by k / (k + gemm_k_half).
   double gemm_k_half = 48;
   std::vector<GemmTile> tiles;
+  // A dimension that is not a multiple of 16 bytes of elements (GPT-2's vocabulary of 50257)
+  // takes cuBLAS off its vectorised kernels: the GEMM runs at this fraction of its rate.
+  double gemm_unaligned_efficiency = 1.0;
   // Achieved fraction of HBM bandwidth for long streams.
   double memory_efficiency = 0.9;
   // Fixed GPU-side cost of every kernel (launch, ramp-up, tail).

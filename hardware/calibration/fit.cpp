@@ -117,7 +117,10 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
         if (m->kernel.dtype != d) continue;
         const GemmTerms g = gemm_terms(gpu, p, m->kernel.gemm, d);
         const double rest = m->seconds - p.kernel_latency.seconds();
-        if (g.memory_bound || rest <= 0) continue;
+        const auto& sh = m->kernel.gemm;
+        const auto align = static_cast<std::int64_t>(std::max(1.0, 16.0 / dtype_bytes(d)));
+        const bool aligned = sh.m % align == 0 && sh.n % align == 0 && sh.k % align == 0;
+        if (g.memory_bound || rest <= 0 || !aligned) continue;
         a.push_back({g.w, g.w_over_k});
         t.push_back(rest);
       }
@@ -130,6 +133,26 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
       p.gemm_efficiency[di] = std::clamp(1.0 / x(0), 0.02, 1.0);
       p.gemm_k_half = std::clamp(x(1) / x(0), 0.0, 4096.0);
     }
+  }
+
+  // Unaligned GEMMs: the ratio of the aligned model's time to the measured time, median over
+  // the fitted unaligned rows.
+  {
+    ComputeProfile aligned = p;
+    aligned.gemm_unaligned_efficiency = 1.0;
+    const ComputeModel am(gpu, aligned);
+    std::vector<double> ratios;
+    for (const auto* m : gemm_fit) {
+      const auto& g = m->kernel.gemm;
+      const auto align = static_cast<std::int64_t>(std::max(1.0, 16.0 / dtype_bytes(m->kernel.dtype)));
+      if (g.m % align == 0 && g.n % align == 0 && g.k % align == 0) continue;
+      if (gemm_terms(gpu, p, g, m->kernel.dtype).memory_bound) continue;
+      const double pred = am.time(m->kernel).seconds() - p.kernel_latency.seconds();
+      const double meas = m->seconds - p.kernel_latency.seconds();
+      if (pred > 0 && meas > 0) ratios.push_back(pred / meas);
+    }
+    if (ratios.size() >= 2) p.gemm_unaligned_efficiency = std::clamp(median(ratios), 0.05, 1.0);
+    else rep.notes.push_back("fewer than two compute-bound unaligned GEMMs; unaligned efficiency kept");
   }
 
   // Flash attention: efficiency per pass, with the sequence half-point chosen on a grid.

@@ -108,6 +108,7 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
       {"gpu", zoo},
       {"gemm_efficiency", eff},
       {"gemm_k_half", p.gemm_k_half},
+      {"gemm_unaligned_efficiency", p.gemm_unaligned_efficiency},
       {"tiles", tiles},
       {"memory_efficiency", p.memory_efficiency},
       {"kernel_latency", lat},

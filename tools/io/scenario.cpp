@@ -176,6 +176,7 @@ ComputeProfile parse_profile(const Json& j, const std::string& file, const std::
     e.finish();
   }
   p.gemm_k_half = r.number_or("gemm_k_half", p.gemm_k_half, 0, 1e6);
+  p.gemm_unaligned_efficiency = r.number_or("gemm_unaligned_efficiency", p.gemm_unaligned_efficiency, 1e-3, 1.0);
   if (r.has("tiles")) {
     const Json& t = r.raw("tiles");
     if (!t.is_array() || t.empty()) r.fail("tiles", "expected a non-empty array of {m, n, efficiency}");

@@ -1,0 +1,240 @@
+// Sweep files: expansion of grid, zip and list axes into numbered points, strict errors with the
+// JSON path, invalid points as error rows, and results files that resume after a torn write.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "tools/io/sweep.hpp"
+
+using namespace scaleout;
+
+namespace {
+
+const char* kBase = R"("base": {"model": "gpt3-125m", "cluster": {"gpu": "h100-sxm"},
+                                "training": {"seq_len": 256, "micro_batch": 1}})";
+
+std::string sweep_text(const std::string& axes) { return std::string("{") + kBase + (axes.empty() ? "" : ", " + axes) + "}"; }
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_sweep(text, "sw.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// "path=value; path=value" of a point, for compact expectations.
+std::string point(const Sweep& s, std::size_t i) {
+  std::string out;
+  for (const auto& [p, v] : s.params(i)) out += (out.empty() ? "" : "; ") + p + "=" + v.dump();
+  return out;
+}
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/sweep_test_XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+std::string read_file(const std::string& f) {
+  std::ifstream in(f);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+}  // namespace
+
+TEST_CASE("no axes: one point, the base", "[io][sweep]") {
+  const Sweep s = parse_sweep(sweep_text(""), "sw.json");
+  CHECK(s.size() == 1);
+  CHECK(s.params(0).empty());
+  CHECK(s.name == "sw");
+}
+
+TEST_CASE("grid axes form a cartesian product, the first axis varying slowest", "[io][sweep]") {
+  const Sweep s = parse_sweep(
+      sweep_text(R"("grid": {"training.micro_batch": [1, 2, 4], "cluster.gpu": ["a100-80g", "h100-sxm"]})"), "sw.json");
+  REQUIRE(s.size() == 6);
+  CHECK(point(s, 0) == R"(training.micro_batch=1; cluster.gpu="a100-80g")");
+  CHECK(point(s, 1) == R"(training.micro_batch=1; cluster.gpu="h100-sxm")");
+  CHECK(point(s, 2) == R"(training.micro_batch=2; cluster.gpu="a100-80g")");
+  CHECK(point(s, 5) == R"(training.micro_batch=4; cluster.gpu="h100-sxm")");
+  // Columns follow the file's order, not the alphabet.
+  CHECK(s.paths == std::vector<std::string>{"training.micro_batch", "cluster.gpu"});
+}
+
+TEST_CASE("zip axes move together; grid x zip x list in nested-loop order", "[io][sweep]") {
+  const Sweep s = parse_sweep(sweep_text(R"(
+      "grid": {"cluster.gpu": ["a100-80g", "h100-sxm"]},
+      "zip": {"training.precision": ["bf16-mixed", "bf16"], "training.optimizer": ["adamw", "adamw-8bit"]},
+      "list": [{"training.seq_len": 512}, {"training.seq_len": 1024, "/training/micro_batch": 2}])"),
+                              "sw.json");
+  REQUIRE(s.size() == 2 * 2 * 2);
+  CHECK(point(s, 0) ==
+        R"(cluster.gpu="a100-80g"; training.precision="bf16-mixed"; training.optimizer="adamw"; training.seq_len=512)");
+  CHECK(point(s, 1) ==
+        R"(cluster.gpu="a100-80g"; training.precision="bf16-mixed"; training.optimizer="adamw"; training.seq_len=1024; training.micro_batch=2)");
+  CHECK(point(s, 2) ==
+        R"(cluster.gpu="a100-80g"; training.precision="bf16"; training.optimizer="adamw-8bit"; training.seq_len=512)");
+  CHECK(point(s, 7) ==
+        R"(cluster.gpu="h100-sxm"; training.precision="bf16"; training.optimizer="adamw-8bit"; training.seq_len=1024; training.micro_batch=2)");
+  CHECK(s.paths == std::vector<std::string>{"cluster.gpu", "training.precision", "training.optimizer",
+                                            "training.seq_len", "training.micro_batch"});
+}
+
+TEST_CASE("several zip groups multiply", "[io][sweep]") {
+  const Sweep s = parse_sweep(sweep_text(R"("zip": [{"training.seq_len": [256, 512, 1024]},
+                                                   {"training.micro_batch": [1, 2], "training.global_batch": [4, 8]}])"),
+                              "sw.json");
+  REQUIRE(s.size() == 6);
+  CHECK(point(s, 1) == "training.seq_len=256; training.micro_batch=2; training.global_batch=8");
+  CHECK(point(s, 4) == "training.seq_len=1024; training.micro_batch=1; training.global_batch=4");
+}
+
+TEST_CASE("bad sweep files name the file and the JSON path", "[io][sweep]") {
+  CHECK(error_of(sweep_text(R"("grids": {})")) == "sw.json: /grids: unknown key");
+  CHECK(error_of(R"({"grid": {}})") == "sw.json: /base: missing required field");
+  CHECK(error_of(R"({"base": 3})").find("sw.json: /base: expected a scenario file") == 0);
+  CHECK(error_of(R"({"base": "no-such.json"})").find("sw.json: /base: cannot open the scenario file") == 0);
+  CHECK(error_of(sweep_text(R"("grid": {"training.micro_batch": []})")) ==
+        "sw.json: /grid/training.micro_batch: expected a non-empty array of values, got []");
+  CHECK(error_of(sweep_text(R"("grid": {"training.micro_batch": 4})")) ==
+        "sw.json: /grid/training.micro_batch: expected a non-empty array of values, got 4");
+  CHECK(error_of(sweep_text(R"("grid": [1, 2])")).find("sw.json: /grid: expected an object") == 0);
+  CHECK(error_of(sweep_text(R"("zip": {"a.b": [1, 2], "a.c": [1, 2, 3]})")) ==
+        "sw.json: /zip/a.c: has 3 values but /zip/a.b has 2 (zipped axes move together)");
+  CHECK(error_of(sweep_text(R"("zip": [{"a.b": [1]}, 5])")).find("sw.json: /zip/1: expected an object") == 0);
+  CHECK(error_of(sweep_text(R"("list": [{"a.b": 1}, 2])")).find("sw.json: /list/1: expected an object") == 0);
+  CHECK(error_of(sweep_text(R"("list": [])")).find("sw.json: /list: expected a non-empty array") == 0);
+  CHECK(error_of(sweep_text(R"("grid": {"a..b": [1]})")).find("sw.json: /grid/a..b: expected a scenario path") == 0);
+  CHECK(error_of(sweep_text(R"("grid": {"a=b": [1]})")).find("sw.json: /grid/a=b: expected a scenario path") == 0);
+  CHECK(error_of(sweep_text(R"("grid": {"training.seq_len": [1]}, "list": [{"/training/seq_len": 2}])")) ==
+        "sw.json: /list/0//training/seq_len: \"training.seq_len\" is already swept by /grid/training.seq_len");
+  CHECK(error_of(sweep_text(R"("grid": {"training.seq_len": [1]}, "zip": {"training.seq_len": [2]})")) ==
+        "sw.json: /zip/training.seq_len: \"training.seq_len\" is already swept by /grid/training.seq_len");
+  CHECK(error_of(sweep_text(R"("comment": 5)")).find("sw.json: /comment: expected a string or an array") == 0);
+  CHECK(error_of("{\"base\": ").find("sw.json: invalid JSON") == 0);
+  std::string thousand = "1";
+  for (int i = 1; i < 1000; ++i) thousand += ",1";
+  const std::string big = R"("grid": {"a.a": [)" + thousand + R"(], "a.b": [)" + thousand + R"(], "a.c": [1,2,3,4,5,6,7,8,9,10,11]})";
+  CHECK(error_of(sweep_text(big)).find("sw.json: /: more than 10000000 points") == 0);
+}
+
+TEST_CASE("a base file is found relative to the sweep file", "[io][sweep]") {
+  TempDir dir;
+  std::filesystem::create_directory(dir.path / "sweeps");
+  std::ofstream(dir.file("base.json")) << R"({"model": "gpt3-125m", "cluster": {"gpu": "h100-sxm"},
+                                             "training": {"seq_len": 256}})";
+  std::ofstream(dir.file("sweeps/s.json")) << R"({"base": "../base.json", "grid": {"training.micro_batch": [1, 2]}})";
+  const Sweep s = load_sweep(dir.file("sweeps/s.json"));
+  CHECK(s.size() == 2);
+  CHECK_FALSE(s.inline_base);
+  const SweepRow row = run_sweep_point(s, 1);
+  REQUIRE(row.result);
+  CHECK((*row.result)["micro_batches"] == 1);
+}
+
+TEST_CASE("each point simulates the base with its overrides; invalid points are error rows", "[io][sweep]") {
+  const Sweep s = parse_sweep(sweep_text(R"("list": [{"training.micro_batch": 2, "training.global_batch": 8},
+                                                    {"training.micro_batch": 3, "training.global_batch": 8},
+                                                    {"training.recompute": "sometimes"},
+                                                    {"training.seq_len.x": 1},
+                                                    {"cluster.gpu": "h900"}])"),
+                              "sw.json");
+  const SweepRow ok = run_sweep_point(s, 0);
+  REQUIRE(ok.result);
+  CHECK(ok.error.empty());
+  CHECK((*ok.result)["micro_batches"] == 4);
+  CHECK(ok.params.dump() == R"({"training.micro_batch":2,"training.global_batch":8})");
+
+  const SweepRow bad = run_sweep_point(s, 1);
+  CHECK_FALSE(bad.result);
+  CHECK_FALSE(bad.internal_error);
+  // The inline base is the sweep file's /base.
+  CHECK(bad.error == "sw.json: /base/training/global_batch: 8 is not a multiple of micro_batch=3");
+  CHECK(run_sweep_point(s, 2).error.find("sw.json: /base/training/recompute: expected one of") == 0);
+  CHECK(run_sweep_point(s, 3).error.find("sw.json: override training.seq_len.x=1: ") == 0);
+  CHECK(run_sweep_point(s, 4).error.find("sw.json: /base/cluster/gpu: unknown GPU \"h900\"") == 0);
+}
+
+TEST_CASE("rows round-trip through JSONL, and CSV rows quote what needs it", "[io][sweep]") {
+  const Sweep s = parse_sweep(sweep_text(R"("grid": {"training.micro_batch": [1, 3], "model": [{"base": "gpt3-125m", "layers": 2}]},
+                                             "list": [{"training.global_batch": 2}])"),
+                              "sw.json");
+  const SweepRow ok = run_sweep_point(s, 0), bad = run_sweep_point(s, 1);
+  REQUIRE(ok.result);
+  REQUIRE_FALSE(bad.result);
+  for (const SweepRow& row : {ok, bad}) {
+    const std::string line = jsonl_line(row);
+    CHECK(line.back() == '\n');
+    CHECK(line.find('\n') == line.size() - 1);
+    const SweepRow back = parse_jsonl_row(std::string_view(line).substr(0, line.size() - 1), "r.jsonl", "line 1");
+    CHECK(jsonl_line(back) == line);
+  }
+  CHECK(jsonl_line(ok).rfind(R"({"index":0,"params":{"training.micro_batch":1,"model":{"base":"gpt3-125m","layers":2},)", 0) == 0);
+
+  const std::vector<std::string> cols = csv_result_columns(*ok.result);
+  REQUIRE(cols.size() > 7);
+  CHECK(std::vector<std::string>(cols.begin(), cols.begin() + 7) ==
+        std::vector<std::string>{"fits", "step_time_s", "tokens_per_s", "mfu", "memory.peak_bytes",
+                                 "memory.required_bytes", "memory.capacity_bytes"});
+  CHECK(std::find(cols.begin(), cols.end(), "memory.breakdown_bytes.activations") != cols.end());
+  CHECK(csv_header(s, cols).rfind("index,training.micro_batch,model,training.global_batch,fits,", 0) == 0);
+  const std::vector<std::string> head = split_csv_line(csv_header(s, cols).substr(0, csv_header(s, cols).size() - 1));
+  for (const SweepRow& row : {ok, bad}) {
+    const std::string line = csv_line(s, cols, row);
+    const std::vector<std::string> f = split_csv_line(line.substr(0, line.size() - 1));
+    REQUIRE(f.size() == head.size());
+    CHECK(f[0] == std::to_string(row.index));
+    CHECK(f[2] == R"({"base":"gpt3-125m","layers":2})");  // quoted in the file, whole in the cell
+    CHECK(f.back() == row.error);
+  }
+  CHECK(split_csv_line(R"(1,"a,""b""",,x)") == std::vector<std::string>{"1", "a,\"b\"", "", "x"});
+}
+
+TEST_CASE("a results file refuses to overwrite, resumes, and cuts a torn last line", "[io][sweep]") {
+  TempDir dir;
+  const Sweep s = parse_sweep(sweep_text(R"("grid": {"training.micro_batch": [1, 2, 4]}, "list": [{"training.global_batch": 4}])"),
+                              "sw.json");
+  for (const std::string ext : {"jsonl", "csv"}) {
+    const std::string f = dir.file("r." + ext);
+    {
+      ResultsFile out(f, s, false);
+      CHECK(out.needs_columns() == (ext == "csv"));
+      if (out.needs_columns()) out.set_columns(csv_result_columns(*run_sweep_point(s, 0).result));
+      out.append(out.format_row(run_sweep_point(s, 2)) + out.format_row(run_sweep_point(s, 0)));
+      const std::string torn = out.format_row(run_sweep_point(s, 1));
+      out.append(torn.substr(0, torn.size() / 2));  // a kill in the middle of a write
+    }
+    CHECK_THROWS_WITH(ResultsFile(f, s, false), Catch::Contains("already exists; pass --resume"));
+    {
+      ResultsFile out(f, s, true);
+      CHECK(out.done_count() == 2);
+      CHECK(out.done(0));
+      CHECK_FALSE(out.done(1));
+      CHECK(out.done(2));
+      CHECK_FALSE(out.needs_columns());
+      out.append(out.format_row(run_sweep_point(s, 1)));
+    }
+    const std::string text = read_file(f);
+    CHECK(std::count(text.begin(), text.end(), '\n') == (ext == "csv" ? 4 : 3));
+    ResultsFile again(f, s, true);
+    CHECK(again.done_count() == 3);
+
+    // Rows of another sweep are refused.
+    const Sweep other = parse_sweep(sweep_text(R"("grid": {"training.micro_batch": [1, 8, 4]}, "list": [{"training.global_batch": 8}])"),
+                                    "other.json");
+    CHECK_THROWS_WITH(ResultsFile(f, other, true), Catch::Contains("another sweep"));
+  }
+  CHECK_THROWS_WITH(ResultsFile(dir.file("r.txt"), s, false), Catch::Contains("ending in .csv or .jsonl"));
+}
