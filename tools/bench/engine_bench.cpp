@@ -1,0 +1,72 @@
+// Benchmarks (Google Benchmark; not part of the test suite): the event queue's throughput and
+// whole simulated steps of the scenarios the speed issue names. Run:
+//   ./build/tools/bench/scaleout_bench --benchmark_counters_tabular=true
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <string>
+
+#include "sim/engine/simulator.hpp"
+#include "sim/engine/stream.hpp"
+#include "tools/io/scenario.hpp"
+#include "tools/io/simulate.hpp"
+
+using namespace scaleout;
+
+// Events scheduled at pseudo-random times, popped in order: heap push/pop with closures.
+static void BM_EventQueue(benchmark::State& state) {
+  const auto n = static_cast<std::int64_t>(state.range(0));
+  for (auto _ : state) {
+    Simulator sim;
+    std::uint64_t x = 88172645463325252ull, sum = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      sim.schedule_at(Time::from_ps(std::int64_t(x % 1000000000)), [&sum, i] { sum += std::uint64_t(i); });
+    }
+    sim.run();
+    benchmark::DoNotOptimize(sum);
+  }
+  state.counters["events/s"] = benchmark::Counter(double(n) * double(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_EventQueue)->Arg(1 << 16)->Arg(1 << 20)->Unit(benchmark::kMillisecond);
+
+// Tasks on two streams with cross-stream dependencies, as the step simulation builds them.
+static void BM_Streams(benchmark::State& state) {
+  const auto n = static_cast<std::int64_t>(state.range(0));
+  for (auto _ : state) {
+    Simulator sim;
+    StreamExecutor ex(sim);
+    const StreamId host = ex.add_stream(), gpu = ex.add_stream();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const TaskId h = ex.add(host, Time::from_us(5));
+      ex.add(gpu, Time::from_us(double(i % 7) + 1), {h});
+    }
+    ex.start();
+    sim.run();
+    benchmark::DoNotOptimize(ex.finished_count());
+  }
+  state.counters["tasks/s"] = benchmark::Counter(2.0 * double(n) * double(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Streams)->Arg(1 << 16)->Arg(1 << 20)->Unit(benchmark::kMillisecond);
+
+static void run_scenario(benchmark::State& state, const std::string& rel) {
+  const Scenario s = load_scenario(data_dir() + "/" + rel);
+  std::uint64_t events = 0;
+  for (auto _ : state) {
+    const StepResult r = simulate_scenario(s);
+    events = r.events;
+    benchmark::DoNotOptimize(r.step_time_s);
+  }
+  state.counters["gpus"] = double(s.gpus());
+  state.counters["events"] = double(events);
+  state.counters["events/s"] = benchmark::Counter(double(events) * double(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+BENCHMARK_CAPTURE(run_scenario, llama3_8b_8gpu, std::string("scenarios/parallel/llama3-8b-8xh100.json"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(run_scenario, dp_1024gpu, std::string("scenarios/parallel/gpt2-xl-dp-1024xa100.json"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(run_scenario, gpt3_175b_1024gpu, std::string("scenarios/parallel/gpt3-175b-1024-a100.json"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(run_scenario, llama3_405b_16384gpu, std::string("scenarios/parallel/llama3-405b-16k-h100.json"))->Unit(benchmark::kMillisecond);
+
+BENCHMARK_MAIN();
