@@ -28,9 +28,9 @@ ComputeModel::ComputeModel(GpuSpec gpu, ComputeProfile profile) : gpu_(std::move
   if (profile_.tiles.empty()) profile_.tiles = default_profile(gpu_).tiles;
 }
 
-Time ComputeModel::memory_time(double bytes) const {
-  const double bw = gpu_.hbm_bandwidth.value * profile_.memory_efficiency;
-  return profile_.kernel_latency + Time::from_seconds(bytes / bw);
+Time ComputeModel::memory_time(double bytes, bool reduction) const {
+  const double bw = gpu_.hbm_bandwidth.value * (reduction ? profile_.reduction_efficiency : profile_.memory_efficiency);
+  return (reduction ? profile_.reduction_latency : profile_.kernel_latency) + Time::from_seconds(bytes / bw);
 }
 
 namespace {
@@ -49,12 +49,13 @@ Time ComputeModel::gemm_time(const GemmShape& g, Dtype d) const {
   const double eff = std::max(1e-3, profile_.gemm_eff(eff_dtype));
   const double elem = dtype_bytes(d);
   const auto align = static_cast<std::int64_t>(std::max(1.0, 16.0 / elem));
-  const bool aligned = g.m % align == 0 && g.n % align == 0 && g.k % align == 0;
+  const bool aligned = g.n % align == 0 && (g.a_transposed ? g.m : g.k) % align == 0;
   const double sm_rate = peak_for(gpu_, d) / std::max(1, gpu_.sms) * eff * (aligned ? 1.0 : profile_.gemm_unaligned_efficiency);
   const double bytes = double(g.batch) * (double(g.m) * double(g.k) + double(g.k) * double(g.n) +
                                           double(g.m) * double(g.n)) * elem;
   const double t_mem = bytes / (gpu_.hbm_bandwidth.value * profile_.memory_efficiency);
   const double sms = std::max(1, gpu_.sms);
+  const double p_wq = profile_.wave_quantization;
   double best = 1e300;
   for (const GemmTile& tile : profile_.tiles) {
     const double tiles = std::ceil(double(g.m) / tile.m) * std::ceil(double(g.n) / tile.n) * double(g.batch);
@@ -62,8 +63,13 @@ Time ComputeModel::gemm_time(const GemmShape& g, Dtype d) const {
     const double max_split = std::max(1.0, std::min(std::floor(sms / tiles), std::floor(double(g.k) / 256.0)));
     for (double split = 1; split <= max_split; split *= 2) {
       const double k = std::ceil(double(g.k) / split);
-      const double waves = std::ceil(tiles * split / sms);
-      const double tile_time = 2.0 * tile.m * tile.n * k / (sm_rate * tile.efficiency) * (1.0 + profile_.gemm_k_half / k);
+      const double exact = tiles * split / sms;
+      const double waves = std::max(1.0, p_wq * std::ceil(exact) + (1.0 - p_wq) * exact);
+      // A product smaller than the tile only pays for the rows and columns it has (padded to the
+      // tensor-core fragment of 16): GEMV-like shapes come out bandwidth-bound, as they are.
+      const double tm = std::min<double>(tile.m, std::ceil(double(g.m) / 16.0) * 16.0);
+      const double tn = std::min<double>(tile.n, std::ceil(double(g.n) / 16.0) * 16.0);
+      const double tile_time = 2.0 * tm * tn * k / (sm_rate * tile.efficiency) * (1.0 + profile_.gemm_k_half / k);
       double t = waves * tile_time;
       if (split > 1) t += double(g.m) * double(g.n) * double(g.batch) * 4.0 * split /
                           (gpu_.hbm_bandwidth.value * profile_.memory_efficiency);
@@ -87,7 +93,7 @@ Time ComputeModel::time(const Kernel& k) const {
     case KernelKind::gemm: return gemm_time(k.gemm, k.dtype);
     case KernelKind::attention_fwd: return attention_time(k.attn, false, k.dtype);
     case KernelKind::attention_bwd: return attention_time(k.attn, true, k.dtype);
-    case KernelKind::memory: return memory_time(k.bytes);
+    case KernelKind::memory: return memory_time(k.bytes, k.reduction);
     case KernelKind::collective: return Time::zero();  // timed by the network, not the SMs
   }
   return Time::zero();

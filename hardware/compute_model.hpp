@@ -15,7 +15,7 @@ class ComputeModel {
   ComputeModel(GpuSpec gpu, ComputeProfile profile);
   Time time(const Kernel& k) const;
   Time gemm_time(const GemmShape& g, Dtype d) const;
-  Time memory_time(double bytes) const;
+  Time memory_time(double bytes, bool reduction = false) const;
   Time attention_time(const AttentionShape& a, bool backward, Dtype d) const;
   const GpuSpec& gpu() const { return gpu_; }
   const ComputeProfile& profile() const { return profile_; }

@@ -31,10 +31,16 @@ struct ComputeProfile {
   // A dimension that is not a multiple of 16 bytes of elements (GPT-2's vocabulary of 50257)
   // takes cuBLAS off its vectorised kernels: the GEMM runs at this fraction of its rate.
   double gemm_unaligned_efficiency = 1.0;
+  // How strictly tiles run in whole waves: 1 = ceil(tiles / SMs) (classic data-parallel
+  // kernels), 0 = fractional (stream-K / persistent kernels that balance the last wave).
+  double wave_quantization = 1.0;
   // Achieved fraction of HBM bandwidth for long streams.
   double memory_efficiency = 0.9;
   // Fixed GPU-side cost of every kernel (launch, ramp-up, tail).
   Time kernel_latency = Time::from_us(2.5);
+  // Row reductions (LayerNorm, RMSNorm, softmax) stream less well and cost more to start.
+  double reduction_efficiency = 0.8;
+  Time reduction_latency = Time::from_us(4);
   // Flash attention (FlashAttention-2 as PyTorch's SDPA runs it) as a fraction of the bf16 peak,
   // reached for long sequences; shorter ones lose by seq / (seq + attention_seq_half).
   double attention_fwd_efficiency = 0.42;

@@ -17,6 +17,10 @@ enum class CollectiveKind : std::uint8_t { all_reduce, reduce_scatter, all_gathe
 struct GemmShape {
   // C[m,n] = A[m,k] * B[k,n], `batch` independent products (batched matmul).
   std::int64_t m = 0, n = 0, k = 0, batch = 1;
+  // Which dimensions are leading dimensions of the operands in memory (they must be multiples of
+  // 16 bytes for cuBLAS's vectorised kernels): n and k for a plain product and for dgrad; m and n
+  // for a weight gradient (A is the transposed output gradient).
+  bool a_transposed = false;
   double flops() const { return 2.0 * double(m) * double(n) * double(k) * double(batch); }
 };
 
@@ -40,6 +44,7 @@ struct Kernel {
   GemmShape gemm;
   AttentionShape attn;
   double bytes = 0;  // memory-bound kernels: bytes read plus bytes written; collectives: message size
+  bool reduction = false;  // memory-bound kernels that reduce rows (norms, softmax): their own efficiency
   CollectiveKind coll = CollectiveKind::all_reduce;
   CommGroup group = CommGroup::tp;
   std::string name;

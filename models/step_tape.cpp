@@ -115,11 +115,27 @@ class Builder {
       }
     }
     for (int s : op.saved) bwd += bytes(s);
-    for (int k = 0; k < kernels; ++k) op.fwd.push_back(mem_kernel(name, fwd / kernels, out_dtype));
-    if (any_grad) op.bwd.push_back(mem_kernel(name + "_bwd", bwd, out_dtype));
+    // Each eager kernel of the op is a full pass over its tensors (scale, then masked_fill_;
+    // add eps, then rsqrt), forward and backward.
+    const bool red = is_reduction(name);
+    for (int k = 0; k < kernels; ++k) {
+      op.fwd.push_back(mem_kernel(name, fwd, out_dtype));
+      op.fwd.back().reduction = red;
+      if (any_grad) {
+        op.bwd.push_back(mem_kernel(name + "_bwd", bwd, out_dtype));
+        op.bwd.back().reduction = red;
+      }
+    }
     tape_.tensors[out].requires_grad = any_grad;
     push(std::move(op));
     return out;
+  }
+
+  // Kernels that reduce along rows (and so stream less well than elementwise ones).
+  static bool is_reduction(const std::string& name) {
+    for (const char* r : {"softmax", "mean", "log_softmax", "cross_entropy", "scale_mask_softmax"})
+      if (name.find(r) != std::string::npos) return true;
+    return false;
   }
 
   int cast(int x, Dtype d) {
@@ -206,6 +222,7 @@ class Builder {
                                    tokens_ * double(in) * act));
     if (!frozen) {
       op.bwd.push_back(gemm_kernel(name + "_wgrad", out, in, t, 1, r_.compute));
+      op.bwd.back().gemm.a_transposed = true;
       if (bias) op.bwd.push_back(mem_kernel(name + "_bgrad", out_tokens * double(out) * act, c));
     }
     tape_.tensors[y].requires_grad = !frozen || needs_grad(xc);
@@ -254,7 +271,9 @@ class Builder {
       op.param = tape_.add_param(prefix() + name, double(m_.hidden) * (m_.arch == Arch::gpt ? 2 : 1), !t_.lora, layer_);
       if (!tape_.params[op.param].trainable) op.param = -1;
       op.fwd.push_back(mem_kernel(name, bytes(xin) + bytes(y), od));
+      op.fwd.back().reduction = true;
       op.bwd.push_back(mem_kernel(name + "_bwd", bytes(y) + 2 * bytes(xin), od));
+      op.bwd.back().reduction = true;
       push(std::move(op));
       return y;
     }

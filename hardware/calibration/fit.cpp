@@ -49,11 +49,14 @@ struct GemmTerms {
 GemmTerms gemm_terms(const GpuSpec& gpu, const ComputeProfile& p, const GemmShape& g, Dtype d) {
   const double eff = std::max(1e-3, p.gemm_eff(d));
   const double peak = gpu.peak(d).value > 0 ? gpu.peak(d).value : gpu.peak(Dtype::bf16).value;
-  const double sm_rate = peak / std::max(1, gpu.sms);
+  const auto align = static_cast<std::int64_t>(std::max(1.0, 16.0 / dtype_bytes(d)));
+  const bool aligned = g.n % align == 0 && (g.a_transposed ? g.m : g.k) % align == 0;
+  const double sm_rate = peak / std::max(1, gpu.sms) * (aligned ? 1.0 : p.gemm_unaligned_efficiency);
   const double sms = std::max(1, gpu.sms);
   const double bytes = double(g.batch) * (double(g.m) * double(g.k) + double(g.k) * double(g.n) + double(g.m) * double(g.n)) *
                        dtype_bytes(d);
   const double t_mem = bytes / (gpu.hbm_bandwidth.value * p.memory_efficiency);
+  const double p_wq = p.wave_quantization;
   GemmTerms best;
   double best_t = 1e300;
   for (const GemmTile& tile : p.tiles) {
@@ -61,8 +64,11 @@ GemmTerms gemm_terms(const GpuSpec& gpu, const ComputeProfile& p, const GemmShap
     const double max_split = std::max(1.0, std::min(std::floor(sms / tiles), std::floor(double(g.k) / 256.0)));
     for (double split = 1; split <= max_split; split *= 2) {
       const double k = std::ceil(double(g.k) / split);
-      const double waves = std::ceil(tiles * split / sms);
-      const double w = waves * 2.0 * tile.m * tile.n * k / (sm_rate * tile.efficiency);
+      const double exact = tiles * split / sms;
+      const double waves = std::max(1.0, p_wq * std::ceil(exact) + (1.0 - p_wq) * exact);
+      const double tm = std::min<double>(tile.m, std::ceil(double(g.m) / 16.0) * 16.0);
+      const double tn = std::min<double>(tile.n, std::ceil(double(g.n) / 16.0) * 16.0);
+      const double w = waves * 2.0 * tm * tn * k / (sm_rate * tile.efficiency);
       const double t = w / eff * (1.0 + p.gemm_k_half / k);
       if (std::max(t, t_mem) < best_t) {
         best_t = std::max(t, t_mem);
@@ -91,48 +97,78 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
     }
   }
 
-  // Memory-bound kernels first: they give the bandwidth efficiency and the fixed kernel cost.
-  if (mem_fit.size() >= 2) {
+  // Memory-bound kernels first: they give the bandwidth efficiency and the fixed kernel cost,
+  // separately for streams (copy, axpy, Adam) and row reductions (norms, softmax).
+  for (bool reduction : {false, true}) {
     std::vector<std::vector<double>> a;
     std::vector<double> t;
     for (const auto* m : mem_fit) {
+      if (m->kernel.reduction != reduction) continue;
       a.push_back({1.0, m->kernel.bytes / gpu.hbm_bandwidth.value});
       t.push_back(m->seconds);
     }
+    if (a.size() < 2) {
+      rep.notes.push_back(std::string("too few ") + (reduction ? "reduction" : "streaming") +
+                          " memory-bound measurements; their efficiency and latency kept");
+      continue;
+    }
     const Eigen::VectorXd x = solve_relative(a, t);
-    if (x(0) > 0) p.kernel_latency = Time::from_seconds(x(0));
-    if (x(1) > 0) p.memory_efficiency = std::clamp(1.0 / x(1), 0.05, 1.0);
+    Time& lat = reduction ? p.reduction_latency : p.kernel_latency;
+    double& eff = reduction ? p.reduction_efficiency : p.memory_efficiency;
+    if (x(0) > 0) lat = Time::from_seconds(x(0));
+    if (x(1) > 0) eff = std::clamp(1.0 / x(1), 0.05, 1.0);
     else rep.notes.push_back("memory fit gave a non-positive slope; efficiency kept");
-  } else {
-    rep.notes.push_back("too few memory-bound measurements; memory efficiency and latency kept");
   }
 
-  // GEMMs per dtype, with the kernel latency from above.
-  for (std::size_t di = 0; di < kDtypeCount; ++di) {
-    const Dtype d = static_cast<Dtype>(di);
-    for (int iter = 0; iter < 4; ++iter) {
-      std::vector<std::vector<double>> a;
-      std::vector<double> t;
-      for (const auto* m : gemm_fit) {
-        if (m->kernel.dtype != d) continue;
-        const GemmTerms g = gemm_terms(gpu, p, m->kernel.gemm, d);
-        const double rest = m->seconds - p.kernel_latency.seconds();
-        const auto& sh = m->kernel.gemm;
-        const auto align = static_cast<std::int64_t>(std::max(1.0, 16.0 / dtype_bytes(d)));
-        const bool aligned = sh.m % align == 0 && sh.n % align == 0 && sh.k % align == 0;
-        if (g.memory_bound || rest <= 0 || !aligned) continue;
-        a.push_back({g.w, g.w_over_k});
-        t.push_back(rest);
+  // GEMMs per dtype, with the kernel latency from above; the wave quantisation is chosen on a
+  // grid by the error on the fitted rows.
+  auto fit_gemms = [&](ComputeProfile& q) {
+    for (Dtype d : {Dtype::bf16, Dtype::fp16, Dtype::tf32, Dtype::fp8, Dtype::fp32, Dtype::fp64, Dtype::int8, Dtype::nf4}) {
+      const auto di = static_cast<std::size_t>(d);
+      for (int iter = 0; iter < 4; ++iter) {
+        std::vector<std::vector<double>> a;
+        std::vector<double> t;
+        for (const auto* m : gemm_fit) {
+          if (m->kernel.dtype != d) continue;
+          const GemmTerms g = gemm_terms(gpu, q, m->kernel.gemm, d);
+          const double rest = m->seconds - q.kernel_latency.seconds();
+          const auto& sh = m->kernel.gemm;
+          const auto align = static_cast<std::int64_t>(std::max(1.0, 16.0 / dtype_bytes(d)));
+          const bool aligned = sh.n % align == 0 && (sh.a_transposed ? sh.m : sh.k) % align == 0;
+          if (g.memory_bound || rest <= 0 || !aligned) continue;
+          a.push_back({g.w, g.w_over_k});
+          t.push_back(rest);
+        }
+        if (a.size() < 3) break;
+        const Eigen::VectorXd x = solve_relative(a, t);
+        if (!(x(0) > 0)) {
+          rep.notes.push_back(std::string("GEMM fit for ") + std::string(to_string(d)) + " gave a non-positive rate term");
+          break;
+        }
+        q.gemm_efficiency[di] = std::clamp(1.0 / x(0), 0.02, 1.0);
+        // One k_half for all dtypes, from bf16 (the grid's fullest); the other dtypes' fits use it.
+        if (d == Dtype::bf16) q.gemm_k_half = std::clamp(x(1) / x(0), 0.0, 4096.0);
       }
-      if (a.size() < 3) break;
-      const Eigen::VectorXd x = solve_relative(a, t);
-      if (!(x(0) > 0)) {
-        rep.notes.push_back(std::string("GEMM fit for ") + std::string(to_string(d)) + " gave a non-positive rate term");
-        break;
-      }
-      p.gemm_efficiency[di] = std::clamp(1.0 / x(0), 0.02, 1.0);
-      p.gemm_k_half = std::clamp(x(1) / x(0), 0.0, 4096.0);
     }
+
+  };
+  {
+    double best_err = 1e300;
+    ComputeProfile best_p = p;
+    for (double wq : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+      ComputeProfile q = p;
+      q.wave_quantization = wq;
+      fit_gemms(q);
+      const ComputeModel qm(gpu, q);
+      std::vector<double> e;
+      for (const auto* m : gemm_fit) e.push_back(std::fabs(qm.time(m->kernel).seconds() - m->seconds) / m->seconds);
+      const double err = median(e) + 0.25 * (e.empty() ? 0 : *std::max_element(e.begin(), e.end()));
+      if (err < best_err) {
+        best_err = err;
+        best_p = q;
+      }
+    }
+    p = best_p;
   }
 
   // Unaligned GEMMs: the ratio of the aligned model's time to the measured time, median over
@@ -145,7 +181,7 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
     for (const auto* m : gemm_fit) {
       const auto& g = m->kernel.gemm;
       const auto align = static_cast<std::int64_t>(std::max(1.0, 16.0 / dtype_bytes(m->kernel.dtype)));
-      if (g.m % align == 0 && g.n % align == 0 && g.k % align == 0) continue;
+      if (g.n % align == 0 && (g.a_transposed ? g.m : g.k) % align == 0) continue;
       if (gemm_terms(gpu, p, g, m->kernel.dtype).memory_bound) continue;
       const double pred = am.time(m->kernel).seconds() - p.kernel_latency.seconds();
       const double meas = m->seconds - p.kernel_latency.seconds();
@@ -197,6 +233,10 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
   rep.gemm = held_out_stats(cm, gemm_held, gemm_fit.size());
   rep.memory = held_out_stats(cm, mem_held, mem_fit.size());
   rep.attention = held_out_stats(cm, att_held, att_fit.size());
+  for (auto* set : {&gemm_fit, &mem_fit, &att_fit})
+    for (const auto* m : *set) rep.residuals.push_back({m, cm.time(m->kernel).seconds(), false});
+  for (auto* set : {&gemm_held, &mem_held, &att_held})
+    for (const auto* m : *set) rep.residuals.push_back({m, cm.time(m->kernel).seconds(), true});
   rep.profile = p;
   return rep;
 }

@@ -27,8 +27,15 @@ struct FitStats {
   double median_rel_error = 0, worst_rel_error = 0;  // on held-out rows
 };
 
+struct FitResidual {
+  const KernelMeasurement* row;
+  double predicted_s;
+  bool held_out;
+};
+
 struct FitReport {
   ComputeProfile profile;
+  std::vector<FitResidual> residuals;  // every row, with the final profile's prediction
   FitStats gemm, memory, attention;
   std::vector<std::string> notes;
 };

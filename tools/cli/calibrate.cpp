@@ -11,7 +11,7 @@
 namespace scaleout {
 
 std::vector<KernelMeasurement> read_measurements(const std::string& file, std::string* gpu_name,
-                                                 std::string* measured_on) {
+                                                 std::string* measured_on, const std::string& attention_impl) {
   const Json j = load_json_file(file);
   JsonReader top(j, file, "");
   const std::string schema = top.string("schema");
@@ -52,7 +52,11 @@ std::vector<KernelMeasurement> read_measurements(const std::string& file, std::s
       km.kernel.dtype = *d;
       km.kernel.gemm = GemmShape{std::int64_t(num("m")), std::int64_t(num("n")), std::int64_t(num("k")),
                                  m.contains("batch") ? std::int64_t(num("batch")) : 1};
+      // The harness's row-major layouts: "tn" and "tt" transpose A (its leading dimension is m).
+      const std::string layout = m.value("layout", std::string("nn"));
+      km.kernel.gemm.a_transposed = !layout.empty() && layout[0] == 't';
     } else if (kind == "attention") {
+      if (!attention_impl.empty() && m.value("impl", std::string()) != attention_impl) continue;
       const std::string pass = str("pass");
       if (pass != "fwd" && pass != "bwd") throw InputError(file, path + "/pass", "expected \"fwd\" or \"bwd\"");
       km.kernel.kind = pass == "fwd" ? KernelKind::attention_fwd : KernelKind::attention_bwd;
@@ -62,8 +66,9 @@ std::vector<KernelMeasurement> read_measurements(const std::string& file, std::s
       km.kernel.kind = KernelKind::memory;
       km.kernel.bytes = num("bytes");
       km.kernel.name = str("op");
-    } else if (kind == "pcie" || kind == "launch") {
-      continue;  // link and host measurements: recorded, not part of the compute fit
+      km.kernel.reduction = km.kernel.name == "layernorm" || km.kernel.name == "rmsnorm" || km.kernel.name == "softmax";
+    } else if (kind == "pcie" || kind == "launch" || kind == "gemm_check" || kind == "attention_check") {
+      continue;  // link, host and correctness records: kept in the file, not part of the compute fit
     } else {
       throw InputError(file, path + "/kind", "expected gemm, attention, membound, pcie or launch, got \"" + kind + "\"");
     }
@@ -76,7 +81,7 @@ std::vector<KernelMeasurement> read_measurements(const std::string& file, std::s
 
 void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
   std::string gpu_name, measured_on;
-  const auto rows = read_measurements(o.measurements, &gpu_name, &measured_on);
+  const auto rows = read_measurements(o.measurements, &gpu_name, &measured_on, o.attention_impl);
   std::string zoo = o.gpu;
   if (zoo.empty()) {
     std::string lower;
@@ -99,8 +104,9 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
     return Json{{"fitted", s.fitted}, {"held_out", s.held_out}, {"held_out_median_rel_error", s.median_rel_error},
                 {"held_out_worst_rel_error", s.worst_rel_error}};
   };
-  char lat[64];
+  char lat[64], rlat[64];
   std::snprintf(lat, sizeof lat, "%.3f us", p.kernel_latency.us());
+  std::snprintf(rlat, sizeof rlat, "%.3f us", p.reduction_latency.us());
   const Json out = {
       {"name", zoo + "-calibrated"},
       {"measured_on", measured_on},
@@ -109,9 +115,12 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
       {"gemm_efficiency", eff},
       {"gemm_k_half", p.gemm_k_half},
       {"gemm_unaligned_efficiency", p.gemm_unaligned_efficiency},
+      {"wave_quantization", p.wave_quantization},
       {"tiles", tiles},
       {"memory_efficiency", p.memory_efficiency},
       {"kernel_latency", lat},
+      {"reduction_efficiency", p.reduction_efficiency},
+      {"reduction_latency", rlat},
       {"attention_fwd_efficiency", p.attention_fwd_efficiency},
       {"attention_bwd_efficiency", p.attention_bwd_efficiency},
       {"attention_seq_half", p.attention_seq_half},
@@ -128,6 +137,20 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
     os << buf;
   }
   for (const auto& n : rep.notes) os << "note: " << n << "\n";
+  if (!o.residuals.empty()) {
+    std::ofstream csv(o.residuals);
+    if (!csv) throw InputError(o.residuals + ": cannot write");
+    csv << "kind,dtype,m,n,k,batch,heads,seq,head_dim,bytes,op,held_out,measured_s,predicted_s,rel_error\n";
+    for (const auto& r : rep.residuals) {
+      const Kernel& k = r.row->kernel;
+      const char* kind = k.kind == KernelKind::gemm ? "gemm" : k.kind == KernelKind::memory ? "membound"
+                       : k.kind == KernelKind::attention_fwd ? "attention_fwd" : "attention_bwd";
+      csv << kind << "," << to_string(k.dtype) << "," << k.gemm.m << "," << k.gemm.n << "," << k.gemm.k << "," << k.attn.batch
+          << "," << k.attn.heads << "," << k.attn.seq << "," << k.attn.head_dim << "," << k.bytes << "," << k.name << ","
+          << (r.held_out ? 1 : 0) << "," << r.row->seconds << "," << r.predicted_s << ","
+          << (r.predicted_s - r.row->seconds) / r.row->seconds << "\n";
+    }
+  }
   os << "wrote " << o.out << "\n";
 }
 

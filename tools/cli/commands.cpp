@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "tools/cli/calibrate.hpp"
+#include "tools/cli/collective.hpp"
 #include "tools/cli/sweep.hpp"
 #include "tools/cli/validate.hpp"
 #include "tools/io/report.hpp"
@@ -95,15 +96,22 @@ void register_commands(CLI::App& app) {
   fit->add_option("measurements", copts->measurements, "measurements.json from scaleout-harness")->required();
   fit->add_option("-o,--out", copts->out, "Profile to write (JSON)")->required();
   fit->add_option("--gpu", copts->gpu, "Zoo GPU the measurements ran on (default: from the file)");
+  fit->add_option("--attention-impl", copts->attention_impl,
+                  "Attention rows to fit: torch_flash (PyTorch SDPA's flash backend), torch_cudnn, cudnn, own")
+      ->default_val("torch_flash");
+  fit->add_option("--residuals", copts->residuals, "Write every row's measured and predicted time (CSV)");
   fit->callback([copts] { calibrate_fit(*copts, std::cout); });
   auto hopts = std::make_shared<std::array<std::string, 3>>();
   CLI::App* host = calibrate->add_subcommand("host", "Fit a profile's host overheads to the calibration rows of steps.jsonl");
   host->add_option("steps", (*hopts)[0], "steps.jsonl from validation/single_gpu")->required();
   host->add_option("--profile", (*hopts)[1], "Profile to start from (file)")->required();
   host->add_option("-o,--out", (*hopts)[2], "Profile to write")->required();
-  host->callback([hopts] { calibrate_host((*hopts)[0], (*hopts)[1], (*hopts)[2], std::cout); });
+  auto host_only = std::make_shared<bool>(false);
+  host->add_flag("--host-only", *host_only, "Fit only the host costs (for a kernel-calibrated profile)");
+  host->callback([hopts, host_only] { calibrate_host((*hopts)[0], (*hopts)[1], (*hopts)[2], std::cout, *host_only); });
   calibrate->require_subcommand(1);
   register_sweep_command(app);
+  register_collective_command(app);
 }
 
 }  // namespace scaleout

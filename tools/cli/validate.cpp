@@ -96,7 +96,8 @@ ComputeProfile profile_from(const std::string& name, const GpuSpec& gpu) {
 }
 }  // namespace
 
-void calibrate_host(const std::string& steps, const std::string& profile_in, const std::string& out, std::ostream& os) {
+void calibrate_host(const std::string& steps, const std::string& profile_in, const std::string& out, std::ostream& os,
+                    bool host_only) {
   const GpuSpec gpu = load_gpu("h200");
   ComputeProfile p = profile_from(profile_in, gpu);
   std::vector<MeasuredStep> cal;
@@ -126,7 +127,7 @@ void calibrate_host(const std::string& steps, const std::string& profile_in, con
   auto num_knob = [](const char* n, double& x, std::vector<double> g) {
     return Knob{n, [&x] { return x; }, [&x](double v) { x = v; }, std::move(g)};
   };
-  const std::vector<double> us_grid = {0, 2, 4, 6, 8, 10, 13, 16, 20, 25, 30, 35, 40, 50, 60};
+  const std::vector<double> us_grid = {0, 2, 4, 6, 8, 10, 13, 16, 20, 25, 30, 35, 40, 50, 60, 70, 80, 100, 120};
   std::vector<double> eff_grid;
   for (double e = 0.30; e <= 0.951; e += 0.025) eff_grid.push_back(e);
   double& bf16 = p.gemm_efficiency[static_cast<std::size_t>(Dtype::bf16)];
@@ -139,6 +140,8 @@ void calibrate_host(const std::string& steps, const std::string& profile_in, con
       num_knob("attention_bwd_efficiency", p.attention_bwd_efficiency, eff_grid),
       num_knob("memory_efficiency", p.memory_efficiency, eff_grid),
   };
+  // With a kernel-calibrated profile only the host costs are left to fit.
+  if (host_only) knobs.resize(3);
   double best = error(p);
   for (int pass = 0; pass < 3; ++pass)
     for (Knob& k : knobs) {
@@ -163,6 +166,7 @@ void calibrate_host(const std::string& steps, const std::string& profile_in, con
   j["host_fwd_kernel"] = us(p.host_fwd_kernel);
   j["host_bwd_kernel"] = us(p.host_bwd_kernel);
   j["host_opt_tensor"] = us(p.host_opt_tensor);
+  if (!host_only) {
   Json eff = j.value("gemm_efficiency", Json::object());
   eff["bf16"] = bf16;
   eff["fp16"] = bf16;
@@ -170,8 +174,10 @@ void calibrate_host(const std::string& steps, const std::string& profile_in, con
   j["attention_fwd_efficiency"] = p.attention_fwd_efficiency;
   j["attention_bwd_efficiency"] = p.attention_bwd_efficiency;
   j["memory_efficiency"] = p.memory_efficiency;
+  }
   j["source"] = j.value("source", std::string()) + "; fitted by scaleout calibrate host " + steps +
-                " on its calibration rows only: host costs, bf16 GEMM, flash attention and memory-bound efficiencies";
+                (host_only ? " on its calibration rows only: host costs per kernel and per optimizer tensor"
+                           : " on its calibration rows only: host costs, bf16 GEMM, flash attention and memory-bound efficiencies");
   std::ofstream f(out);
   if (!f) throw InputError(out + ": cannot write the profile");
   f << j.dump(2) << "\n";

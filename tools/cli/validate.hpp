@@ -23,7 +23,8 @@ std::vector<MeasuredStep> read_measured_steps(const std::string& file, const Gpu
 
 // Fits the host (framework) overheads of a profile to the calibration rows of a steps file by
 // coordinate descent on the median relative step-time error, and writes the profile.
-void calibrate_host(const std::string& steps, const std::string& profile_in, const std::string& out, std::ostream& os);
+void calibrate_host(const std::string& steps, const std::string& profile_in, const std::string& out, std::ostream& os,
+                    bool host_only = false);
 
 // Predicts every measured single-GPU step and prints the comparison (markdown) with the error
 // statistics per split. Returns false when a target of the foundation issue is missed.

@@ -176,6 +176,7 @@ ComputeProfile parse_profile(const Json& j, const std::string& file, const std::
     e.finish();
   }
   p.gemm_k_half = r.number_or("gemm_k_half", p.gemm_k_half, 0, 1e6);
+  p.wave_quantization = r.number_or("wave_quantization", p.wave_quantization, 0.0, 1.0);
   p.gemm_unaligned_efficiency = r.number_or("gemm_unaligned_efficiency", p.gemm_unaligned_efficiency, 1e-3, 1.0);
   if (r.has("tiles")) {
     const Json& t = r.raw("tiles");
@@ -192,6 +193,8 @@ ComputeProfile parse_profile(const Json& j, const std::string& file, const std::
     }
   }
   p.memory_efficiency = r.number_or("memory_efficiency", p.memory_efficiency, 1e-3, 1.0);
+  p.reduction_efficiency = r.number_or("reduction_efficiency", p.reduction_efficiency, 1e-3, 1.0);
+  p.reduction_latency = Time::from_seconds(r.quantity_or("reduction_latency", QuantityKind::time_s, p.reduction_latency.seconds()));
   p.kernel_latency = Time::from_seconds(r.quantity_or("kernel_latency", QuantityKind::time_s, p.kernel_latency.seconds()));
   p.attention_fwd_efficiency = r.number_or("attention_fwd_efficiency", p.attention_fwd_efficiency, 1e-3, 1.0);
   p.attention_bwd_efficiency = r.number_or("attention_bwd_efficiency", p.attention_bwd_efficiency, 1e-3, 1.0);

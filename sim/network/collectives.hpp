@@ -1,0 +1,86 @@
+#pragma once
+// Collectives as algorithms: a collective over a group of ranks becomes phases of flows on the
+// topology (FlowNetwork), so that collectives running at the same time contend where they share
+// links. Sizes follow nccl-tests: `bytes` is the per-rank buffer of all-reduce, broadcast and
+// reduce, the gathered output of all-gather, the input of reduce-scatter, the send buffer of
+// all-to-all, and what each rank sends to the next of the group in send_recv.
+//
+// Algorithms (NCCL's, and those an MPI library would use):
+//   ring          one ring per NIC rail (channels), pipelined: every member moves in lockstep, so a
+//                 channel is one coupled flow; all-reduce moves 2(p-1)/p S per rank and takes
+//                 2(p-1) steps of latency.
+//   tree          NCCL's double binary tree for all-reduce: a chain inside each node, a binary tree
+//                 between nodes and its mirror, each carrying half the data up and down pipelined.
+//   nvls          NVLink SHARP (Hopper and later, one NVSwitch node): the switch reduces and
+//                 multicasts; each GPU sends and receives S (p+1)/p.
+//   hierarchical  reduce-scatter inside nodes, all-reduce between nodes among GPUs of the same
+//                 local index, all-gather inside nodes (phases with a barrier between them).
+//   direct        every rank to every other rank at once (all-to-all; one step of all-gather etc.).
+//   halving_doubling  recursive halving reduce-scatter then recursive doubling all-gather
+//                 (Thakur, Rabenseifner & Gropp 2005), a phase per step.
+//
+// Latency is NCCL's own model (src/graph/tuning.cc, NVIDIA/nccl commit b6475625, NCCL 2.19): a
+// base latency per algorithm and protocol plus a per-step hardware latency by link class
+// (NVLink, PCIe, network), e.g. ring all-reduce: base + (2(p-1) - 2 nodes) intra + 2 nodes inter.
+// Protocols (LL, LL128, Simple) cost bandwidth as NCCL models it (LL moves 8-byte lines carrying
+// 4 bytes and is capped by llMaxBw; LL128 120 of every 128 bytes). The choice of algorithm and
+// protocol per size is NCCL's: the lowest latency + bytes / bandwidth among those allowed.
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hardware/kernel.hpp"  // CollectiveKind
+#include "hardware/topology.hpp"
+#include "sim/network/flow_network.hpp"
+
+namespace scaleout {
+
+enum class CollectiveAlgorithm : std::uint8_t { ring, tree, nvls, hierarchical, direct, halving_doubling };
+enum class Protocol : std::uint8_t { ll, ll128, simple };
+
+const char* collective_name(CollectiveKind k);        // "all_reduce", ...
+const char* algorithm_name(CollectiveAlgorithm a);    // "ring", ...
+const char* protocol_name(Protocol p);                // "LL", "LL128", "Simple"
+// Accepts "allreduce", "all_reduce", "all-reduce" and the like.
+std::optional<CollectiveKind> parse_collective(std::string_view s);
+std::optional<CollectiveAlgorithm> parse_algorithm(std::string_view s);
+std::optional<Protocol> parse_protocol(std::string_view s);
+
+// nccl-tests' bus bandwidth factor: busbw = algbw * factor (all-reduce 2(n-1)/n, all-gather,
+// reduce-scatter and all-to-all (n-1)/n, broadcast, reduce and send_recv 1).
+double bus_bandwidth_factor(CollectiveKind k, int n);
+
+struct CollectiveSpec {
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  std::vector<int> ranks;
+  double bytes = 0;
+  std::optional<CollectiveAlgorithm> algorithm;  // absent: chosen per size as NCCL does
+  std::optional<Protocol> protocol;              // absent: chosen with the algorithm
+  int root = 0;                                  // position in `ranks` (broadcast, reduce)
+  int tag = 0;                                   // flow label: separates concurrent collectives' ECMP paths
+};
+
+struct CollectiveChoice {
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring;
+  Protocol protocol = Protocol::simple;
+  double latency_s = 0;    // NCCL's latency for this algorithm and protocol
+  double estimate_s = 0;   // the tuner's estimate (latency + bytes / modelled bandwidth)
+};
+
+// Why a spec cannot run (unknown or repeated ranks, an algorithm that does not implement the
+// collective or does not fit the group), or nullopt when it can.
+std::optional<std::string> check_collective(const Topology& topo, const CollectiveSpec& spec);
+
+// The algorithm and protocol NCCL would pick (or the forced ones, with the protocol chosen).
+CollectiveChoice choose_collective(const Topology& topo, const CollectiveSpec& spec);
+
+// Runs the collective on the network; `done` runs when the last rank has finished. The spec must
+// pass check_collective (an internal error otherwise).
+void run_collective(FlowNetwork& net, const CollectiveSpec& spec, std::function<void()> done);
+
+// One collective alone on an idle network: its time in seconds, and the choice made.
+double time_collective(const Topology& topo, const CollectiveSpec& spec, CollectiveChoice* choice = nullptr);
+
+}  // namespace scaleout

@@ -1,0 +1,255 @@
+#include "sim/network/flow_network.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/engine/check.hpp"
+
+namespace scaleout {
+
+FlowNetwork::FlowNetwork(Simulator& sim, const Topology& topo) : sim_(sim), topo_(topo) {
+  const std::size_t n = topo.link_count();
+  capacity_.resize(n);
+  for (std::size_t l = 0; l < n; ++l) capacity_[l] = topo.link(LinkId(l)).capacity();
+  on_link_.resize(n);
+  rem_.resize(n);
+  weight_.resize(n);
+  version_.resize(n);
+  link_stamp_.resize(n);
+  dirty_stamp_.resize(n);
+}
+
+std::uint32_t FlowNetwork::allocate() {
+  if (!free_slots_.empty()) {
+    const std::uint32_t s = free_slots_.back();
+    free_slots_.pop_back();
+    return s;
+  }
+  flows_.emplace_back();
+  flow_links_.emplace_back();
+  done_.emplace_back();
+  next_rate_.push_back(0);
+  return std::uint32_t(flows_.size() - 1);
+}
+
+void FlowNetwork::release(const void* owner) {
+  for (std::size_t i = 0; i < held_.size(); ++i)
+    if (held_[i].get() == owner) {
+      held_[i] = std::move(held_.back());
+      held_.pop_back();
+      return;
+    }
+}
+
+FlowId FlowNetwork::send(int src_rank, int dst_rank, double bytes, Done done, int flow_tag) {
+  route_.clear();
+  const bool ok = topo_.route_gpus(src_rank, dst_rank,
+                                   flow_hash(std::uint64_t(src_rank), std::uint64_t(dst_rank), std::uint64_t(flow_tag)), route_);
+  SCALEOUT_CHECK(ok, "flow network: no route from rank " + std::to_string(src_rank) + " to rank " + std::to_string(dst_rank));
+  // route_ is scratch that start() copies before anything can reuse it.
+  return start(route_, bytes, topo_.path_latency(route_), std::move(done));
+}
+
+FlowId FlowNetwork::start(std::span<const LinkId> links, double bytes, Time latency, Done done, double rate_cap) {
+  SCALEOUT_CHECK(bytes >= 0 && std::isfinite(bytes), "flow network: bytes must be finite and non-negative");
+  SCALEOUT_CHECK(rate_cap > 0, "flow network: rate cap must be positive");
+  const std::uint32_t s = allocate();
+  Flow& f = flows_[s];
+  f.remaining = bytes;
+  f.rate = 0;
+  f.cap = rate_cap;
+  f.updated = sim_.now();
+  f.latency = latency;
+  f.event = kNoEvent;
+  f.state = State::active;
+  flow_links_[s].assign(links.begin(), links.end());
+  done_[s] = std::move(done);
+  ++started_;
+  ++active_;
+  const std::uint32_t gen = f.generation;
+  if (links.empty() || bytes <= 0) {
+    // Nothing to share: a local copy or an empty message only waits for the latency.
+    f.remaining = 0;
+    f.state = State::delivering;
+    f.event = sim_.schedule_in(latency, [this, s, gen] { deliver(s, gen); });
+    return make_id(s, gen);
+  }
+  for (LinkId l : links) {
+    SCALEOUT_CHECK(l < on_link_.size(), "flow network: unknown link");
+    on_link_[l].push_back(s);
+    mark(l);
+  }
+  request_solve();
+  return make_id(s, gen);
+}
+
+double FlowNetwork::rate(FlowId id) const {
+  const auto s = std::uint32_t(id & 0xffffffffu);
+  if (s >= flows_.size()) return 0;
+  const Flow& f = flows_[s];
+  return f.generation == std::uint32_t(id >> 32) && f.state == State::active ? f.rate : 0;
+}
+
+double FlowNetwork::link_rate(LinkId l) const {
+  double r = 0;
+  for (std::uint32_t f : on_link_[l]) r += flows_[f].rate;
+  return r;
+}
+
+bool FlowNetwork::active(FlowId id) const {
+  const auto s = std::uint32_t(id & 0xffffffffu);
+  return s < flows_.size() && flows_[s].generation == std::uint32_t(id >> 32) && flows_[s].state != State::free;
+}
+
+void FlowNetwork::mark(LinkId l) {
+  if (dirty_stamp_[l] == dirty_epoch_) return;
+  dirty_stamp_[l] = dirty_epoch_;
+  dirty_.push_back(l);
+}
+
+void FlowNetwork::request_solve() {
+  if (solve_pending_) return;
+  solve_pending_ = true;
+  sim_.schedule_in(Time::zero(), [this] { solve(); }, kSolvePriority);
+}
+
+void FlowNetwork::freeze(std::uint32_t f, double rate) {
+  next_rate_[f] = rate;
+  flows_[f].stamp = epoch_ | 0x80000000u;  // frozen in this solve
+  for (LinkId l : flow_links_[f]) {
+    rem_[l] -= rate;
+    if (--weight_[l] > 0) {
+      ++version_[l];
+      heap_.push_back(HeapEntry{std::max(rem_[l], 0.0) / weight_[l], l, version_[l]});
+      std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
+    }
+  }
+}
+
+void FlowNetwork::solve() {
+  solve_pending_ = false;
+  if (dirty_.empty()) return;
+  ++solves_;
+  // The stamp's top bit marks frozen flows, so epochs count in the low 31 bits.
+  epoch_ = (epoch_ + 1) & 0x7fffffffu;
+  if (epoch_ == 0) {
+    for (Flow& f : flows_) f.stamp = 0;
+    std::fill(link_stamp_.begin(), link_stamp_.end(), 0u);
+    epoch_ = 1;
+  }
+  // The connected component of the changed links: flows on them, their links, and so on.
+  comp_links_.clear();
+  comp_flows_.clear();
+  for (LinkId l : dirty_)
+    if (link_stamp_[l] != epoch_) {
+      link_stamp_[l] = epoch_;
+      comp_links_.push_back(l);
+    }
+  dirty_.clear();
+  if (++dirty_epoch_ == 0) {
+    std::fill(dirty_stamp_.begin(), dirty_stamp_.end(), 0u);
+    dirty_epoch_ = 1;
+  }
+  for (std::size_t i = 0; i < comp_links_.size(); ++i) {
+    for (std::uint32_t f : on_link_[comp_links_[i]]) {
+      if ((flows_[f].stamp & 0x7fffffffu) == epoch_) continue;
+      flows_[f].stamp = epoch_;
+      comp_flows_.push_back(f);
+      for (LinkId l : flow_links_[f])
+        if (link_stamp_[l] != epoch_) {
+          link_stamp_[l] = epoch_;
+          comp_links_.push_back(l);
+        }
+    }
+  }
+  if (comp_flows_.empty()) return;
+
+  // Progressive filling over the component.
+  heap_.clear();
+  for (LinkId l : comp_links_) {
+    rem_[l] = capacity_[l];
+    weight_[l] = std::uint32_t(on_link_[l].size());
+    ++version_[l];
+    if (weight_[l] > 0) heap_.push_back(HeapEntry{rem_[l] / weight_[l], l, version_[l]});
+  }
+  std::make_heap(heap_.begin(), heap_.end(), std::greater<>());
+  caps_.clear();
+  for (std::uint32_t f : comp_flows_)
+    if (flows_[f].cap < kNoCap) caps_.emplace_back(flows_[f].cap, f);
+  std::sort(caps_.begin(), caps_.end());
+  const std::uint32_t frozen = epoch_ | 0x80000000u;
+  std::size_t unfrozen = comp_flows_.size(), next_cap = 0;
+  while (unfrozen > 0) {
+    while (!heap_.empty() && (heap_.front().version != version_[heap_.front().link] || weight_[heap_.front().link] == 0)) {
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
+      heap_.pop_back();
+    }
+    while (next_cap < caps_.size() && flows_[caps_[next_cap].second].stamp == frozen) ++next_cap;
+    const double share = heap_.empty() ? kNoCap : heap_.front().share;
+    if (next_cap < caps_.size() && caps_[next_cap].first <= share) {
+      freeze(caps_[next_cap].second, caps_[next_cap].first);
+      --unfrozen;
+      continue;
+    }
+    SCALEOUT_CHECK(!heap_.empty(), "flow network: unfrozen flows without links");
+    const LinkId l = heap_.front().link;
+    std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
+    heap_.pop_back();
+    // Copy: freezing edits weights, not membership, so the list is stable; index to be safe.
+    for (std::size_t i = 0; i < on_link_[l].size(); ++i) {
+      const std::uint32_t f = on_link_[l][i];
+      if (flows_[f].stamp == frozen) continue;
+      freeze(f, share);
+      --unfrozen;
+    }
+  }
+
+  // Settle and reschedule the flows whose rate changed.
+  const Time now = sim_.now();
+  for (std::uint32_t s : comp_flows_) {
+    Flow& f = flows_[s];
+    const double r = next_rate_[s];
+    if (std::fabs(r - f.rate) <= 1e-12 * f.rate) continue;
+    if (f.rate > 0) f.remaining = std::max(0.0, f.remaining - f.rate * (now - f.updated).seconds());
+    f.updated = now;
+    f.rate = r;
+    if (f.event != kNoEvent) sim_.cancel(f.event);
+    const std::uint32_t gen = f.generation;
+    const Time left = r > 0 ? Time::from_seconds(f.remaining / r) : Time::max();
+    f.event = left == Time::max() ? kNoEvent : sim_.schedule_in(left, [this, s, gen] { drained(s, gen); });
+  }
+}
+
+void FlowNetwork::drained(std::uint32_t s, std::uint32_t gen) {
+  Flow& f = flows_[s];
+  if (f.generation != gen || f.state != State::active) return;
+  f.remaining = 0;
+  f.rate = 0;
+  for (LinkId l : flow_links_[s]) {
+    auto& v = on_link_[l];
+    const auto it = std::find(v.begin(), v.end(), s);
+    SCALEOUT_CHECK(it != v.end(), "flow network: flow missing from its link");
+    *it = v.back();
+    v.pop_back();
+    mark(l);
+  }
+  request_solve();
+  f.state = State::delivering;
+  f.event = sim_.schedule_in(f.latency, [this, s, gen] { deliver(s, gen); });
+}
+
+void FlowNetwork::deliver(std::uint32_t s, std::uint32_t gen) {
+  Flow& f = flows_[s];
+  if (f.generation != gen || f.state != State::delivering) return;
+  Done done = std::move(done_[s]);
+  done_[s] = nullptr;
+  f.state = State::free;
+  f.event = kNoEvent;
+  ++f.generation;
+  flow_links_[s].clear();
+  free_slots_.push_back(s);
+  --active_;
+  if (done) done();
+}
+
+}  // namespace scaleout

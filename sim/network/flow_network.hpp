@@ -1,0 +1,122 @@
+#pragma once
+// Flows on the links of a topology, sharing bandwidth by max-min fairness (progressive filling,
+// Bertsekas & Gallager, Data Networks, sec. 6.5.2; SimGrid's lmm solver does the same): all
+// unfrozen flows grow at one rate until a link saturates; the flows crossing it freeze at its
+// fair share; repeat with what is left. A flow may cross a link several times (a coupled
+// collective phase, see start()); it then takes that many shares of the link.
+//
+// Rates change only when a flow starts or ends. Each change marks the links it touches; once per
+// simulated instant (an event of the lowest priority, so that everything starting or ending at
+// that time is batched) the connected component of flows and links reachable from the marked
+// links is re-solved, and each flow whose rate changed gets its remaining bytes settled and its
+// completion event moved. A flow of S bytes along a path of latency L finishes L after its last
+// byte leaves: L + the time S takes at the rates it gets.
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "hardware/topology.hpp"
+#include "sim/engine/simulator.hpp"
+
+namespace scaleout {
+
+using FlowId = std::uint64_t;  // (generation << 32) | slot; a finished flow's id matches nothing
+
+class FlowNetwork {
+ public:
+  using Done = std::function<void()>;
+  static constexpr double kNoCap = std::numeric_limits<double>::infinity();
+  // Runs after every event of the same instant: rates are solved once for all of them.
+  static constexpr int kSolvePriority = std::numeric_limits<int>::max();
+
+  FlowNetwork(Simulator& sim, const Topology& topo);
+  FlowNetwork(const FlowNetwork&) = delete;
+  FlowNetwork& operator=(const FlowNetwork&) = delete;
+
+  // `bytes` from one rank to another along the route of (src, dst, flow_tag); `done` runs when
+  // the last byte has arrived. Between GPUs of one node the route stays inside it.
+  FlowId send(int src_rank, int dst_rank, double bytes, Done done, int flow_tag = 0);
+  // A flow along explicit links; a link listed k times carries k times the flow's rate (the
+  // members of a pipelined ring move in lockstep, one rate for all). `rate_cap` bounds the rate
+  // (bytes/s) whatever the links offer.
+  FlowId start(std::span<const LinkId> links, double bytes, Time latency, Done done, double rate_cap = kNoCap);
+
+  // Current rate in bytes/s of an unfinished flow (zero once its bytes have left, or unknown).
+  double rate(FlowId id) const;
+  bool active(FlowId id) const;
+  std::size_t active_flows() const { return active_; }
+  // Crossings of a link by unfinished flows, and the bytes/s they put on it together.
+  std::size_t flows_on(LinkId l) const { return on_link_[l].size(); }
+  double link_rate(LinkId l) const;
+  std::uint64_t flows_started() const { return started_; }
+  std::uint64_t solves() const { return solves_; }
+
+  // Objects that must live as long as their flows (a collective's plan): held until released.
+  void hold(std::shared_ptr<void> owner) { held_.push_back(std::move(owner)); }
+  void release(const void* owner);
+
+  Simulator& simulator() { return sim_; }
+  const Topology& topology() const { return topo_; }
+
+ private:
+  enum class State : std::uint8_t { free, active, delivering };
+  static constexpr EventId kNoEvent = std::numeric_limits<EventId>::max();
+  struct Flow {
+    double remaining = 0;  // bytes not yet sent at `updated`
+    double rate = 0;
+    double cap = kNoCap;
+    Time updated;
+    Time latency;
+    EventId event = kNoEvent;
+    std::uint32_t generation = 0;
+    std::uint32_t stamp = 0;  // component search mark
+    State state = State::free;
+  };
+  struct HeapEntry {
+    double share;
+    LinkId link;
+    std::uint32_t version;
+    bool operator>(const HeapEntry& o) const { return share != o.share ? share > o.share : link > o.link; }
+  };
+
+  std::uint32_t allocate();
+  void mark(LinkId l);
+  void request_solve();
+  void solve();
+  void freeze(std::uint32_t f, double rate);
+  void drained(std::uint32_t slot, std::uint32_t generation);
+  void deliver(std::uint32_t slot, std::uint32_t generation);
+  static FlowId make_id(std::uint32_t slot, std::uint32_t gen) { return (FlowId(gen) << 32) | slot; }
+
+  Simulator& sim_;
+  const Topology& topo_;
+
+  std::vector<Flow> flows_;
+  std::vector<std::vector<LinkId>> flow_links_;  // per slot; capacity kept when the slot is reused
+  std::vector<Done> done_;
+  std::vector<std::uint32_t> free_slots_;
+
+  std::vector<double> capacity_;
+  std::vector<std::vector<std::uint32_t>> on_link_;  // flow slots, one entry per crossing
+
+  // Solver scratch, sized once.
+  std::vector<double> rem_;
+  std::vector<std::uint32_t> weight_, version_, link_stamp_, dirty_stamp_;
+  std::vector<double> next_rate_;
+  std::vector<LinkId> dirty_, comp_links_;
+  std::vector<std::uint32_t> comp_flows_;
+  std::vector<std::pair<double, std::uint32_t>> caps_;
+  std::vector<HeapEntry> heap_;
+  std::vector<LinkId> route_;
+  std::uint32_t epoch_ = 0, dirty_epoch_ = 1;
+  bool solve_pending_ = false;
+
+  std::size_t active_ = 0;
+  std::uint64_t started_ = 0, solves_ = 0;
+  std::vector<std::shared_ptr<void>> held_;
+};
+
+}  // namespace scaleout
