@@ -53,7 +53,7 @@ Time ComputeModel::gemm_time(const GemmShape& g, Dtype d) const {
   const double sm_rate = peak_for(gpu_, d) / std::max(1, gpu_.sms) * eff * (aligned ? 1.0 : profile_.gemm_unaligned_efficiency);
   const double bytes = double(g.batch) * (double(g.m) * double(g.k) + double(g.k) * double(g.n) +
                                           double(g.m) * double(g.n)) * elem;
-  const double t_mem = bytes / (gpu_.hbm_bandwidth.value * profile_.memory_efficiency);
+  const double t_mem = bytes / (gpu_.hbm_bandwidth.value * profile_.gemm_memory_efficiency);
   const double sms = std::max(1, gpu_.sms);
   const double p_wq = profile_.wave_quantization;
   double best = 1e300;

@@ -34,6 +34,8 @@ struct ComputeProfile {
   // How strictly tiles run in whole waves: 1 = ceil(tiles / SMs) (classic data-parallel
   // kernels), 0 = fractional (stream-K / persistent kernels that balance the last wave).
   double wave_quantization = 1.0;
+  // Bandwidth-bound GEMMs (GEMV-like, skinny) stream their operands less well than a copy.
+  double gemm_memory_efficiency = 0.9;
   // Achieved fraction of HBM bandwidth for long streams.
   double memory_efficiency = 0.9;
   // Fixed GPU-side cost of every kernel (launch, ramp-up, tail).

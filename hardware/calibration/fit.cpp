@@ -55,7 +55,7 @@ GemmTerms gemm_terms(const GpuSpec& gpu, const ComputeProfile& p, const GemmShap
   const double sms = std::max(1, gpu.sms);
   const double bytes = double(g.batch) * (double(g.m) * double(g.k) + double(g.k) * double(g.n) + double(g.m) * double(g.n)) *
                        dtype_bytes(d);
-  const double t_mem = bytes / (gpu.hbm_bandwidth.value * p.memory_efficiency);
+  const double t_mem = bytes / (gpu.hbm_bandwidth.value * p.gemm_memory_efficiency);
   const double p_wq = p.wave_quantization;
   GemmTerms best;
   double best_t = 1e300;
@@ -169,6 +169,26 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
       }
     }
     p = best_p;
+  }
+
+  // Bandwidth-bound GEMMs: their streaming efficiency, from the rows the model puts on the
+  // memory side (GEMV-like and skinny shapes).
+  for (int iter = 0; iter < 3; ++iter) {
+    std::vector<std::vector<double>> a;
+    std::vector<double> t;
+    for (const auto* m : gemm_fit) {
+      const auto& g = m->kernel.gemm;
+      if (!gemm_terms(gpu, p, g, m->kernel.dtype).memory_bound) continue;
+      const double bytes = double(g.batch) * (double(g.m) * double(g.k) + double(g.k) * double(g.n) + double(g.m) * double(g.n)) *
+                           dtype_bytes(m->kernel.dtype);
+      const double rest = m->seconds - p.kernel_latency.seconds();
+      if (rest <= 0) continue;
+      a.push_back({bytes / gpu.hbm_bandwidth.value});
+      t.push_back(rest);
+    }
+    if (a.size() < 2) break;
+    const Eigen::VectorXd x = solve_relative(a, t);
+    if (x(0) > 0) p.gemm_memory_efficiency = std::clamp(1.0 / x(0), 0.05, 1.0);
   }
 
   // Unaligned GEMMs: the ratio of the aligned model's time to the measured time, median over

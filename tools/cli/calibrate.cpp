@@ -116,6 +116,7 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
       {"gemm_k_half", p.gemm_k_half},
       {"gemm_unaligned_efficiency", p.gemm_unaligned_efficiency},
       {"wave_quantization", p.wave_quantization},
+      {"gemm_memory_efficiency", p.gemm_memory_efficiency},
       {"tiles", tiles},
       {"memory_efficiency", p.memory_efficiency},
       {"kernel_latency", lat},

@@ -177,6 +177,7 @@ ComputeProfile parse_profile(const Json& j, const std::string& file, const std::
   }
   p.gemm_k_half = r.number_or("gemm_k_half", p.gemm_k_half, 0, 1e6);
   p.wave_quantization = r.number_or("wave_quantization", p.wave_quantization, 0.0, 1.0);
+  p.gemm_memory_efficiency = r.number_or("gemm_memory_efficiency", p.gemm_memory_efficiency, 1e-3, 1.0);
   p.gemm_unaligned_efficiency = r.number_or("gemm_unaligned_efficiency", p.gemm_unaligned_efficiency, 1e-3, 1.0);
   if (r.has("tiles")) {
     const Json& t = r.raw("tiles");
