@@ -105,18 +105,19 @@ void Topology::set_nic(int rank, VertexId nic) {
 bool Topology::transit(VertexId v, Scope s) const {
   const VertexKind k = graph_[v].kind;
   if (s == Scope::fabric) return k == VertexKind::net_switch;
+  if (s == Scope::nvlink) return k == VertexKind::nvswitch;
   return k == VertexKind::nvswitch || k == VertexKind::pcie_switch || k == VertexKind::host_bridge;
 }
 
 // Backwards breadth-first search from `dst`: the hop count from every vertex of the scope that can
 // reach it, expanding only through transit vertices.
 const Topology::DistTable& Topology::distances(VertexId dst, Scope s) const {
-  const std::uint64_t key = (std::uint64_t(dst) << 1) | (s == Scope::fabric ? 1u : 0u);
+  const std::uint64_t key = (std::uint64_t(dst) << 2) | std::uint64_t(s);
   if (auto it = dist_cache_.find(key); it != dist_cache_.end()) return it->second;
   // Bound the cache (a few hundred MB at 16K GPUs would be waste): forget everything past a size.
   if (dist_cache_.size() > 65536) dist_cache_.clear();
   DistTable t;
-  const std::size_t n = s == Scope::node ? nodes_[std::size_t(graph_[dst].node)].vertices.size() : fabric_vertices_.size();
+  const std::size_t n = s == Scope::fabric ? fabric_vertices_.size() : nodes_[std::size_t(graph_[dst].node)].vertices.size();
   t.dist.assign(n, std::numeric_limits<std::uint16_t>::max());
   std::deque<VertexId> queue;
   t.dist[std::size_t(slot(dst, s))] = 0;
@@ -127,10 +128,11 @@ const Topology::DistTable& Topology::distances(VertexId dst, Scope s) const {
     if (v != dst && !transit(v, s)) continue;
     const std::uint16_t d = t.dist[std::size_t(slot(v, s))];
     for (auto [e, end] = boost::in_edges(v, graph_); e != end; ++e) {
+      if (!usable(graph_[*e].id, s)) continue;
       const VertexId u = VertexId(boost::source(*e, graph_));
       const int su = slot(u, s);
       if (su < 0) continue;
-      if (s == Scope::node && graph_[u].node != graph_[dst].node) continue;
+      if (s != Scope::fabric && graph_[u].node != graph_[dst].node) continue;
       if (t.dist[std::size_t(su)] != std::numeric_limits<std::uint16_t>::max()) continue;
       t.dist[std::size_t(su)] = std::uint16_t(d + 1);
       queue.push_back(u);
@@ -154,14 +156,17 @@ bool Topology::walk(VertexId src, VertexId dst, Scope s, std::uint64_t hash, std
     for (auto [e, end] = boost::out_edges(u, graph_); e != end; ++e) {
       const VertexId w = VertexId(boost::target(*e, graph_));
       const int sw = slot(w, s);
-      if (sw >= 0 && t.dist[std::size_t(sw)] + 1 == du && (w == dst || transit(w, s))) ++count;
+      if (sw >= 0 && usable(graph_[*e].id, s) && (s == Scope::fabric || graph_[w].node == graph_[u].node) &&
+          t.dist[std::size_t(sw)] + 1 == du && (w == dst || transit(w, s)))
+        ++count;
     }
     if (count == 0) return false;
     std::uint32_t pick = std::uint32_t(flow_hash(hash, u, du) % count);
     for (auto [e, end] = boost::out_edges(u, graph_); e != end; ++e) {
       const VertexId w = VertexId(boost::target(*e, graph_));
       const int sw = slot(w, s);
-      if (sw >= 0 && t.dist[std::size_t(sw)] + 1 == du && (w == dst || transit(w, s))) {
+      if (sw >= 0 && usable(graph_[*e].id, s) && (s == Scope::fabric || graph_[w].node == graph_[u].node) &&
+          t.dist[std::size_t(sw)] + 1 == du && (w == dst || transit(w, s))) {
         if (pick-- == 0) {
           out.push_back(graph_[*e].id);
           u = w;
@@ -223,6 +228,9 @@ bool Topology::route(VertexId src, VertexId dst, std::uint64_t hash, std::vector
       if (!segment(n.host_bridge, dst, Scope::node, flow_hash(hash, 1, 0), out)) return fail();
       return true;
     }
+    // GPU to GPU takes NVLink when NVLink joins them (as NCCL does), PCIe otherwise.
+    if (n.nvlink && a.kind == VertexKind::gpu && b.kind == VertexKind::gpu && segment(src, dst, Scope::nvlink, hash, out))
+      return true;
     return segment(src, dst, Scope::node, hash, out) || fail();
   }
   const bool explicit_nic = src_nic != kNoVertex || dst_nic != kNoVertex;

@@ -118,12 +118,15 @@ class Topology {
   std::optional<std::string> find_disconnected() const;
 
  private:
-  enum class Scope : std::uint8_t { node, fabric };
+  // node: inside one node over any link; nvlink: inside one node over NVLink only (GPU to GPU
+  // traffic prefers it, as NCCL does); fabric: NICs and network switches.
+  enum class Scope : std::uint8_t { node, fabric, nvlink };
   struct DistTable {
     std::vector<std::uint16_t> dist;  // indexed by the scope-local index of a vertex
   };
   bool transit(VertexId v, Scope s) const;
-  int slot(VertexId v, Scope s) const { return s == Scope::node ? node_slot_[v] : fabric_slot_[v]; }
+  int slot(VertexId v, Scope s) const { return s == Scope::fabric ? fabric_slot_[v] : node_slot_[v]; }
+  bool usable(LinkId l, Scope s) const { return s != Scope::nvlink || links_[l].kind == LinkKind::nvlink; }
   const DistTable& distances(VertexId dst, Scope s) const;
   bool segment(VertexId src, VertexId dst, Scope s, std::uint64_t hash, std::vector<LinkId>& out) const;
   bool walk(VertexId src, VertexId dst, Scope s, std::uint64_t hash, std::vector<LinkId>& out) const;

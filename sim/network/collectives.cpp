@@ -803,11 +803,6 @@ CollectiveChoice choose_collective(const Topology& topo, const CollectiveSpec& s
       case CollectiveKind::all_to_all:
       case CollectiveKind::send_recv: algos = {A::direct}; break;
     }
-    // Beyond NCCL: when the group spans nodes with the same count on each, the explicit
-    // intra/inter/intra decomposition competes too.
-    if (g.nodes > 1 && g.ppn_min == g.ppn_max && g.ppn_min > 1 && spec.kind != CollectiveKind::all_to_all &&
-        spec.kind != CollectiveKind::send_recv)
-      algos.push_back(A::hierarchical);
   }
   CollectiveChoice best;
   best.estimate_s = std::numeric_limits<double>::infinity();

@@ -24,7 +24,10 @@
 // (NVLink, PCIe, network), e.g. ring all-reduce: base + (2(p-1) - 2 nodes) intra + 2 nodes inter.
 // Protocols (LL, LL128, Simple) cost bandwidth as NCCL models it (LL moves 8-byte lines carrying
 // 4 bytes and is capped by llMaxBw; LL128 120 of every 128 bytes). The choice of algorithm and
-// protocol per size is NCCL's: the lowest latency + bytes / bandwidth among those allowed.
+// protocol per size is NCCL's: the lowest latency + bytes / bandwidth among ring, tree and NVLS
+// (NCCL's tree is the hierarchical one across nodes: chains inside, binary trees between). The
+// explicit hierarchical, direct and halving_doubling algorithms run only when asked for, except
+// direct for all-to-all and send/recv, which is what NCCL does for those.
 #include <functional>
 #include <optional>
 #include <string>
