@@ -397,7 +397,8 @@ struct Planner {
       }
       f.bytes = total_bytes * frac / channels / eff;
       f.latency = lat(latency_us);
-      if (proto == Protocol::ll) f.cap = ll_cap(t, g) / channels;
+      // llMaxBw caps the payload's bus bandwidth; the flow carries payload / eff on the wire.
+      if (proto == Protocol::ll) f.cap = ll_cap(t, g) / (channels * eff);
       ph.push_back(std::move(f));
     }
   }
@@ -453,7 +454,8 @@ struct Planner {
         }
         f.bytes = s.bytes / 2 / channels / (eff * corr);
         f.latency = lat(latency_us);
-        if (proto == Protocol::ll) f.cap = ll_cap(t, g) / (2.0 * channels);
+        // Tree: algbw = busbw / 2 and each member carries a quarter of a channel's traffic.
+        if (proto == Protocol::ll) f.cap = ll_cap(t, g) / (4.0 * channels * eff);
         ph.push_back(std::move(f));
       }
     }

@@ -217,12 +217,21 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch) {
         st.grad_alive[t] = false;
         it.frees.push_back({MemCategory::activations, tbytes(t)});
       }
-    for (int t : op.saved) {
-      if (op.region < 0 || st.replayed[op.region]) --st.saved[t];
-      maybe_free(st, it, t);
+    // torch.utils.checkpoint (non-reentrant) keeps what the replay recomputed in its frame until
+    // the whole region's backward is done; other saved tensors go as their node finishes.
+    if (op.region < 0) {
+      for (int t : op.saved) {
+        --st.saved[t];
+        maybe_free(st, it, t);
+      }
     }
     for (int t : op.outputs) maybe_free(st, it, t);
     if (op.region >= 0 && first_op_of_region_[op.region] == i) {
+      for (std::size_t j = std::size_t(i); j < tape_.ops.size() && tape_.ops[j].region == op.region; ++j)
+        for (int t : tape_.ops[j].saved) {
+          --st.saved[t];
+          maybe_free(st, it, t);
+        }
       for (int t : st.region_inputs[op.region]) {
         --st.saved[t];
         maybe_free(st, it, t);
