@@ -218,8 +218,10 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch) {
         it.frees.push_back({MemCategory::activations, tbytes(t)});
       }
     // torch.utils.checkpoint (non-reentrant) keeps what the replay recomputed in its frame until
-    // the whole region's backward is done; other saved tensors go as their node finishes.
-    if (op.region < 0) {
+    // the whole region's backward is done; other saved tensors go as their node finishes, and so
+    // do recomputed ones under Megatron's reentrant checkpoint (an inner backward per region).
+    const bool defer = op.region >= 0 && !tr_.precision.fused_kernels;
+    if (!defer) {
       for (int t : op.saved) {
         --st.saved[t];
         maybe_free(st, it, t);
@@ -227,7 +229,7 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch) {
     }
     for (int t : op.outputs) maybe_free(st, it, t);
     if (op.region >= 0 && first_op_of_region_[op.region] == i) {
-      for (std::size_t j = std::size_t(i); j < tape_.ops.size() && tape_.ops[j].region == op.region; ++j)
+      for (std::size_t j = std::size_t(i); defer && j < tape_.ops.size() && tape_.ops[j].region == op.region; ++j)
         for (int t : tape_.ops[j].saved) {
           --st.saved[t];
           maybe_free(st, it, t);
