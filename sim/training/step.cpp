@@ -452,7 +452,19 @@ StepResult simulate_step(const StepConfig& cfg) {
   SCALEOUT_CHECK(ex.all_finished(), "step simulation ended with tasks left: a dependency cycle in the schedule");
 
   Time end = Time::zero();
-  for (TaskId id = 0; id < ex.task_count(); ++id) end = max(end, ex.finish_time(id));
+  std::uint64_t fp = 1469598103934665603ull;
+  auto mix = [&fp](std::int64_t x) {
+    for (int b = 0; b < 8; ++b) {
+      fp ^= std::uint64_t(x >> (8 * b)) & 0xffu;
+      fp *= 1099511628211ull;
+    }
+  };
+  for (TaskId id = 0; id < ex.task_count(); ++id) {
+    end = max(end, ex.finish_time(id));
+    mix(ex.start_time(id).ps());
+    mix(ex.finish_time(id).ps());
+  }
+  res.fingerprint = fp;
   res.events = sim.events_executed();
   res.step_time_s = end.seconds();
 

@@ -253,8 +253,15 @@ SweepSummary coordinate(Prepared& p, int ranks, const std::function<void(const S
   int active = ranks - 1;
   std::vector<char> buf;
   while (active > 0) {
+    // Polling with a short sleep rather than a blocking probe: Open MPI's blocking calls spin,
+    // and rank 0 would take a core from the workers of its node.
     MPI_Status st;
-    MPI_Probe(MPI_ANY_SOURCE, kTagRequest, MPI_COMM_WORLD, &st);
+    for (auto nap = std::chrono::microseconds(20);; nap = std::min(2 * nap, std::chrono::microseconds(2000))) {
+      int arrived = 0;
+      MPI_Iprobe(MPI_ANY_SOURCE, kTagRequest, MPI_COMM_WORLD, &arrived, &st);
+      if (arrived) break;
+      std::this_thread::sleep_for(nap);
+    }
     int count = 0;
     MPI_Get_count(&st, MPI_BYTE, &count);
     buf.resize(static_cast<std::size_t>(count));

@@ -63,6 +63,12 @@ Json result_json(const Scenario& s, const StepResult& r, double baseline_tokens_
                        {"cp", s.parallelism.cp}, {"ep", s.parallelism.ep}}},
       {"micro_batches", r.micro_batches},
       {"kernels", r.kernels},
+      {"events", r.events},
+      {"event_fingerprint", [&] {
+         char b[20];
+         std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(r.fingerprint));
+         return std::string(b);
+       }()},
       {"profile", s.profile.name},
   };
   if (baseline_tokens_per_s > 0) {

@@ -1,0 +1,200 @@
+// The flow network: max-min fair sharing solved by progressive filling, re-solved when flows
+// start or end, completion at latency + bytes over the rates received.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "hardware/cluster.hpp"
+#include "sim/network/flow_network.hpp"
+
+using namespace scaleout;
+
+namespace {
+
+// Hand-built line of switches: v0 -a-> v1 -b-> v2 with capacities in bytes/s.
+struct Line {
+  Topology t;
+  LinkId a = 0, b = 0;
+  Line(double ca, double cb) {
+    t.add_node(false, true, false);
+    const VertexId v0 = t.add_vertex(VertexKind::pcie_switch, 0);
+    const VertexId v1 = t.add_vertex(VertexKind::pcie_switch, 0);
+    const VertexId v2 = t.add_vertex(VertexKind::pcie_switch, 0);
+    a = t.add_link(v0, v1, ca, Time::zero(), 1.0, LinkKind::pcie);
+    b = t.add_link(v1, v2, cb, Time::zero(), 1.0, LinkKind::pcie);
+  }
+};
+
+ClusterSpec nodes_of(int nodes, int gpus, int nics) {
+  ClusterSpec c;
+  c.gpu = "h100-sxm";
+  c.nodes = nodes;
+  c.gpus_per_node = gpus;
+  c.node_kind = NodeKind::nvswitch;
+  c.nvlink_bandwidth = BytesPerSecond{900e9};
+  c.pcie_bandwidth = BytesPerSecond{64e9};
+  c.pcie_efficiency = 1;
+  c.nics_per_node = nics;
+  c.nic_bandwidth = BytesPerSecond{50e9};
+  c.network_efficiency = 1;
+  c.nic_latency = Time::zero();
+  c.switch_latency = Time::zero();
+  c.pcie_latency = Time::zero();
+  c.nvlink_latency = Time::zero();
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("one flow takes latency + S / capacity", "[sim]") {
+  // t = L + S / B with S = 1 GB, B = 25 GB/s, L = 2 us.
+  Topology t;
+  t.add_node(false, true, false);
+  t.add_gpu(0);
+  t.add_gpu(0);
+  t.add_link(0, 1, 50e9, Time::from_us(2), 0.5, LinkKind::pcie);
+  Simulator sim;
+  FlowNetwork net(sim, t);
+  Time done;
+  net.send(0, 1, 1e9, [&] { done = sim.now(); });
+  sim.run();
+  CHECK(done.seconds() == Approx(2e-6 + 1e9 / 25e9).epsilon(1e-9));
+  CHECK(net.active_flows() == 0);
+}
+
+TEST_CASE("max-min fairness on a hand-checked example", "[sim]") {
+  // Link a (1 GB/s) carries f1 and f2; link b (2 GB/s) carries f2 and f3. Progressive filling:
+  // a saturates first at 0.5 each; b has 1.5 left for f3. Then f1 and f2 (0.5 GB each) end at
+  // 1 s; f3 (2 GB) has sent 1.5 and gets all of b: 0.5 GB at 2 GB/s, ending at 1.25 s.
+  Line line(1e9, 2e9);
+  Simulator sim;
+  FlowNetwork net(sim, line.t);
+  std::vector<double> end(3);
+  const LinkId f1[] = {line.a}, f2[] = {line.a, line.b}, f3[] = {line.b};
+  const FlowId i1 = net.start(f1, 0.5e9, Time::zero(), [&] { end[0] = sim.now().seconds(); });
+  const FlowId i2 = net.start(f2, 0.5e9, Time::zero(), [&] { end[1] = sim.now().seconds(); });
+  const FlowId i3 = net.start(f3, 2e9, Time::zero(), [&] { end[2] = sim.now().seconds(); });
+  sim.run(Time::from_us(1));
+  CHECK(net.rate(i1) == Approx(0.5e9));
+  CHECK(net.rate(i2) == Approx(0.5e9));
+  CHECK(net.rate(i3) == Approx(1.5e9));
+  CHECK(net.link_rate(line.a) == Approx(1e9));
+  sim.run();
+  CHECK(end[0] == Approx(1.0));
+  CHECK(end[1] == Approx(1.0));
+  CHECK(end[2] == Approx(1.25));
+  CHECK_FALSE(net.active(i1));
+}
+
+TEST_CASE("a flow that ends gives its share back to the others", "[sim]") {
+  // Two flows of 1 and 3 GB on a 2 GB/s link: 1 GB/s each until 1 s, then 2 GB/s: the second
+  // ends at 1 + 2/2 = 2 s.
+  Line line(2e9, 2e9);
+  Simulator sim;
+  FlowNetwork net(sim, line.t);
+  double e1 = 0, e2 = 0;
+  const LinkId l[] = {line.a};
+  net.start(l, 1e9, Time::zero(), [&] { e1 = sim.now().seconds(); });
+  net.start(l, 3e9, Time::zero(), [&] { e2 = sim.now().seconds(); });
+  sim.run();
+  CHECK(e1 == Approx(1.0));
+  CHECK(e2 == Approx(2.0));
+}
+
+TEST_CASE("a flow crossing a link twice takes two shares; a cap bounds a rate", "[sim]") {
+  Line line(3e9, 3e9);
+  Simulator sim;
+  FlowNetwork net(sim, line.t);
+  const LinkId twice[] = {line.a, line.a}, once[] = {line.a};
+  const FlowId coupled = net.start(twice, 1e9, Time::zero(), nullptr);
+  const FlowId single = net.start(once, 1e9, Time::zero(), nullptr);
+  const LinkId on_b[] = {line.b};
+  const FlowId capped = net.start(on_b, 1e9, Time::zero(), nullptr, 0.5e9);
+  sim.run(Time::from_us(1));
+  // a: 3 GB/s over three shares, 1 GB/s each.
+  CHECK(net.rate(coupled) == Approx(1e9));
+  CHECK(net.rate(single) == Approx(1e9));
+  CHECK(net.rate(capped) == Approx(0.5e9));
+  CHECK(net.flows_on(line.a) == 3);
+}
+
+TEST_CASE("flows starting at the same instant are solved once", "[sim]") {
+  Line line(1e9, 1e9);
+  Simulator sim;
+  FlowNetwork net(sim, line.t);
+  const LinkId l[] = {line.a};
+  for (int i = 0; i < 100; ++i) net.start(l, 1e6, Time::zero(), nullptr);
+  sim.run(Time::from_us(1));
+  CHECK(net.solves() == 1);
+  sim.run();
+  CHECK(net.active_flows() == 0);
+  CHECK(net.flows_started() == 100);
+}
+
+TEST_CASE("eight GPUs behind one NIC get an eighth of it each", "[sim]") {
+  // 8 flows node 0 -> node 1 through one 50 GB/s NIC per node: 6.25 GB/s each; 1 GB takes 0.16 s.
+  const Topology t = build_topology(nodes_of(2, 8, 1));
+  Simulator sim;
+  FlowNetwork net(sim, t);
+  std::vector<FlowId> ids;
+  double last = 0;
+  for (int g = 0; g < 8; ++g) ids.push_back(net.send(g, 8 + g, 1e9, [&] { last = sim.now().seconds(); }, g));
+  sim.run(Time::from_us(1));
+  for (FlowId id : ids) CHECK(net.rate(id) == Approx(50e9 / 8));
+  sim.run();
+  CHECK(last == Approx(1e9 / (50e9 / 8)));
+}
+
+TEST_CASE("a 2:1 oversubscribed leaf halves cross-leaf bandwidth", "[sim]") {
+  // Four single-GPU nodes, two per leaf. Radix 3 at 2:1 gives 2 ports down and one uplink of
+  // 2 x 50 / 2 = 50 GB/s: two flows leaving a leaf share it, 25 GB/s each. At 1:1 (radix 2: one
+  // NIC per leaf, one uplink of 50 GB/s) the same flows run at 50 GB/s.
+  auto rates = [](double oversub, int radix) {
+    ClusterSpec c = nodes_of(4, 1, 1);
+    c.fabric = FabricKind::fat_tree;
+    c.oversubscription = oversub;
+    c.switch_radix = radix;
+    const Topology t = build_topology(c);
+    Simulator sim;
+    FlowNetwork net(sim, t);
+    const FlowId f1 = net.send(0, 2, 1e9, nullptr);
+    const FlowId f2 = net.send(1, 3, 1e9, nullptr);
+    sim.run(Time::from_us(1));
+    return std::pair{net.rate(f1), net.rate(f2)};
+  };
+  const auto [a2, b2] = rates(2, 3);
+  const auto [a1, b1] = rates(1, 2);
+  CHECK(a2 == Approx(25e9));
+  CHECK(b2 == Approx(25e9));
+  CHECK(a1 == Approx(50e9));
+  CHECK(b1 == Approx(50e9));
+}
+
+TEST_CASE("flows in disjoint parts of the network do not disturb each other", "[sim]") {
+  Line line(1e9, 1e9);
+  Simulator sim;
+  FlowNetwork net(sim, line.t);
+  double end_a = 0;
+  const LinkId on_a[] = {line.a}, on_b[] = {line.b};
+  net.start(on_a, 1e9, Time::zero(), [&] { end_a = sim.now().seconds(); });
+  // Flows come and go on b meanwhile.
+  for (int i = 0; i < 10; ++i)
+    sim.schedule_at(Time::from_seconds(0.05 * i), [&] { net.start(on_b, 1e7, Time::zero(), nullptr); });
+  sim.run();
+  CHECK(end_a == Approx(1.0));
+}
+
+TEST_CASE("the same flows give the same times, event for event", "[sim]") {
+  auto once = [] {
+    const Topology t = build_topology(nodes_of(2, 8, 2));
+    Simulator sim;
+    FlowNetwork net(sim, t);
+    std::vector<double> ends;
+    for (int i = 0; i < 16; ++i)
+      net.send(i, (i * 5 + 3) % 16, 1e8 * (1 + i % 3), [&] { ends.push_back(sim.now().seconds()); }, i);
+    sim.run();
+    ends.push_back(double(sim.events_executed()));
+    return ends;
+  };
+  CHECK(once() == once());
+}
