@@ -509,7 +509,7 @@ class Builder {
       tape_.ops.back().fwd.push_back(comm_kernel("moe_dispatch_alltoall", CollectiveKind::all_to_all, CommGroup::ep, bytes(disp)));
       tape_.ops.back().bwd.push_back(comm_kernel("moe_dispatch_alltoall_bwd", CollectiveKind::all_to_all, CommGroup::ep, bytes(disp)));
     }
-    rows_override_ = routed / double(local);
+    rows_override_ = routed / double(local) * t_.moe_capacity_factor;
     int acc = -1;
     for (std::int64_t i = 0; i < local; ++i) {
       const std::string p = "expert" + std::to_string(i) + ".";

@@ -44,6 +44,9 @@ struct TrainingSpec {
   Recompute recompute = Recompute::none;
   AttentionImpl attention = AttentionImpl::flash;
   double dropout = 0.0;
+  // MoE: tokens an expert processes, as a multiple of its even share (padding to capacity in
+  // GShard/Switch-style routers; 1.0 for dropless routing).
+  double moe_capacity_factor = 1.0;
   std::optional<LoraSpec> lora;
 };
 

@@ -16,12 +16,12 @@ namespace {
 // ---- NCCL's tuning model: src/graph/tuning.cc at NVIDIA/nccl commit b6475625 (NCCL 2.19).
 // Latencies in microseconds, bandwidths in GB/s. Rows: Tree, Ring, NVLS; columns LL, LL128, Simple.
 enum Hw { kHwNvlink = 0, kHwPci = 1, kHwNet = 2 };
-enum Row { kRowTree = 0, kRowRing = 1, kRowNvls = 2 };
-constexpr double kBaseLat[3][3] = {{6.8, 14.0, 0}, {6.6, 14.0, 8.4}, {0, 0, 0}};
-constexpr double kHwLat[3][3][3] = {
-    /* NVLink */ {{.6, 1.25, 28}, {.6, 1.9, 3.4}, {0, 0, 23}},
-    /* PCI */ {{1.0, 1.9, 28}, {1.0, 2.5, 5.7}, {0, 0, 0}},
-    /* NET */ {{5.0, 8.5, 28}, {2.7, 4.0, 14.0}, {0, 0, 18}}};
+enum Row { kRowTree = 0, kRowRing = 1, kRowNvls = 2, kRowNvlsTree = 3 };
+constexpr double kBaseLat[4][3] = {{6.8, 14.0, 0}, {6.6, 14.0, 8.4}, {0, 0, 0}, {0, 0, 0}};
+constexpr double kHwLat[3][4][3] = {
+    /* NVLink */ {{.6, 1.25, 28}, {.6, 1.9, 3.4}, {0, 0, 23}, {0, 0, 23}},
+    /* PCI */ {{1.0, 1.9, 28}, {1.0, 2.5, 5.7}, {0, 0, 0}, {0, 0, 0}},
+    /* NET */ {{5.0, 8.5, 28}, {2.7, 4.0, 14.0}, {0, 0, 18}, {0, 0, 14}}};
 // llMaxBws: rows Volta, Ampere, Hopper for one node (row 0, Intel CPUs, across nodes); columns
 // for 1, 2, more nodes.
 constexpr double kLlMaxBw[3][3] = {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {87.7, 22.5, 19.0}};
@@ -48,6 +48,7 @@ struct Group {
   int ppn_min = 0, ppn_max = 0;
   bool nvlink = true;    // every node joins its ranks by NVLink (else PCIe)
   bool nvls = false;     // one node whose NVSwitch reduces
+  bool nvls_nodes = false;  // several nodes, each with a reducing NVSwitch and >= 2 of the group's GPUs
   int rails = 1;         // distinct NICs per node (the fewest over nodes)
   double intra_bw = 0;   // bytes/s a rank can send inside its node
   double inter_bw = 0;   // bytes/s a node can send to the fabric over the NICs the group uses
@@ -103,6 +104,8 @@ Group analyse(const Topology& t, const std::vector<int>& ranks) {
   }
   if (g.nodes <= 1) g.rails = 1;
   g.nvls = g.nodes == 1 && g.n >= 2 && t.node(t.node_of(g.order.front())).nvls;
+  g.nvls_nodes = g.nodes > 1 && g.ppn_min >= 2 && g.ppn_min == g.ppn_max;
+  for (const auto& local : g.per_node) g.nvls_nodes = g.nvls_nodes && t.node(t.node_of(local.front())).nvls;
   if (g.nodes > 1) {
     std::vector<LinkId> path;
     const VertexId a = t.nic_of(g.per_node[0].front()), b = t.nic_of(g.per_node[1].front());
@@ -150,6 +153,12 @@ double tree_latency_us(const Group& g, Protocol p) {
 
 double nvls_latency_us() { return kHwLat[kHwNvlink][kRowNvls][proto_index(Protocol::simple)]; }
 
+// NVLS tree: intraLat + 2 log2(nodes) interLat (+ the network latency twice for Simple).
+double nvls_tree_latency_us(const Group& g) {
+  const double inter = kHwLat[kHwNet][kRowNvlsTree][proto_index(Protocol::simple)] + 2 * g.net_latency_us;
+  return kHwLat[kHwNvlink][kRowNvlsTree][proto_index(Protocol::simple)] + 2 * log2i(g.nodes) * inter;
+}
+
 // One point-to-point step (send/recv, a step of direct or halving-doubling).
 double step_latency_us(const Group& g, Protocol p, bool crosses_nodes) {
   const int hw = crosses_nodes ? kHwNet : g.nvlink ? kHwNvlink : kHwPci;
@@ -165,8 +174,8 @@ double ll_cap(const Topology& t, const Group& g) {
 
 // Fraction of the links' bandwidth the payload gets under a protocol (NCCL's refinements).
 double protocol_efficiency(CollectiveAlgorithm a, Protocol p, CollectiveKind k, const Group& g) {
-  const bool ring_like = a != CollectiveAlgorithm::tree && a != CollectiveAlgorithm::nvls;
-  if (a == CollectiveAlgorithm::nvls) return kNvlsRatio;
+  const bool ring_like = a != CollectiveAlgorithm::tree && a != CollectiveAlgorithm::nvls && a != CollectiveAlgorithm::nvls_tree;
+  if (a == CollectiveAlgorithm::nvls || a == CollectiveAlgorithm::nvls_tree) return kNvlsRatio;
   if (ring_like) {
     if (p == Protocol::ll) return (g.nodes > 1 || is_reduce_like(k)) ? 1.0 / 4.0 : 1.0 / 3.0;
     if (p == Protocol::ll128) return g.n / std::max(1, g.nodes) < 2 ? 0.7 : 0.92;
@@ -213,6 +222,14 @@ double estimate(const Topology& t, const CollectiveSpec& s, const Group& g, Coll
     }
     case CollectiveAlgorithm::tree: return lat + bytes * 2 / (bus * tree_correction(p, bytes));
     case CollectiveAlgorithm::nvls: return lat + bytes * (n + 1.0) / n / (g.intra_bw * eff);
+    case CollectiveAlgorithm::nvls_tree: {
+      // NVLink moves S(m+1)/m per GPU; each GPU's NIC S/m (two nodes) or twice that (a tree's
+      // inner nodes send up and down).
+      const double m = g.ppn_max;
+      const double nvl = bytes * (m + 1) / m / (g.intra_bw * eff);
+      const double net = (g.nodes <= 2 ? 1 : 2) * bytes / m / (g.inter_bw / m * eff);
+      return lat + std::max(nvl, net);
+    }
     case CollectiveAlgorithm::hierarchical: {
       const double m = g.ppn_max;
       const double intra = g.intra_bw * eff, inter = std::min(g.inter_bw / m, g.intra_bw) * eff;
@@ -245,6 +262,7 @@ double latency_us(const Topology& t, const CollectiveSpec& s, const Group& g, Co
     case CollectiveAlgorithm::ring: return ring_latency_us(s.kind, g, p);
     case CollectiveAlgorithm::tree: return tree_latency_us(g, p);
     case CollectiveAlgorithm::nvls: return nvls_latency_us();
+    case CollectiveAlgorithm::nvls_tree: return nvls_tree_latency_us(g);
     case CollectiveAlgorithm::hierarchical: {
       if (g.nodes <= 1) return ring_latency_us(s.kind, g, p);
       Group intra = g, inter = g;
@@ -272,7 +290,8 @@ double latency_us(const Topology& t, const CollectiveSpec& s, const Group& g, Co
 std::vector<CollectiveAlgorithm> supported_algorithms(CollectiveKind k) {
   using A = CollectiveAlgorithm;
   switch (k) {
-    case CollectiveKind::all_reduce: return {A::ring, A::tree, A::nvls, A::hierarchical, A::direct, A::halving_doubling};
+    case CollectiveKind::all_reduce:
+      return {A::ring, A::tree, A::nvls, A::nvls_tree, A::hierarchical, A::direct, A::halving_doubling};
     case CollectiveKind::reduce_scatter:
     case CollectiveKind::all_gather: return {A::ring, A::hierarchical, A::direct, A::halving_doubling};
     case CollectiveKind::broadcast:
@@ -284,7 +303,7 @@ std::vector<CollectiveAlgorithm> supported_algorithms(CollectiveKind k) {
 }
 
 std::vector<Protocol> protocols_for(CollectiveAlgorithm a, const Group& g) {
-  if (a == CollectiveAlgorithm::nvls) return {Protocol::simple};
+  if (a == CollectiveAlgorithm::nvls || a == CollectiveAlgorithm::nvls_tree) return {Protocol::simple};
   std::vector<Protocol> ps{Protocol::ll};
   if (ll128_allowed(g)) ps.push_back(Protocol::ll128);
   ps.push_back(Protocol::simple);
@@ -475,6 +494,45 @@ struct Planner {
     phases.back().push_back(std::move(f));
   }
 
+  void plan_nvls_tree() {
+    phases.emplace_back();
+    Phase& ph = phases.back();
+    const Time latency = lat(nvls_tree_latency_us(g));
+    const int m = g.ppn_max;
+    // Inside each node the switch reduces and multicasts, as in NVLS.
+    for (const auto& local : g.per_node) {
+      PlannedFlow f;
+      const VertexId sw = t.node(t.node_of(local.front())).nvswitch;
+      for (int r : local) {
+        const bool up = t.route(t.gpu_vertex(r), sw, hash(r, -1, 0), f.links);
+        const bool down = t.route(sw, t.gpu_vertex(r), hash(-1, r, 0), f.links);
+        SCALEOUT_CHECK(up && down, "collective: NVLS without a path to the NVSwitch");
+      }
+      f.bytes = s.bytes * (m + 1.0) / m / eff;
+      f.latency = latency;
+      ph.push_back(std::move(f));
+    }
+    // Between nodes, GPU j of every node joins a double binary tree over its own rail for its
+    // 1/m of the data, half per tree, up and down pipelined.
+    const int nn = g.nodes;
+    for (int j = 0; j < m; ++j)
+      for (int tree = 0; tree < 2; ++tree) {
+        PlannedFlow f;
+        for (int i = 0; i < nn; ++i) {
+          const int pos = tree == 1 ? (nn % 2 ? (i - 1 + nn) % nn : nn - 1 - i) : i;
+          const int ppos = btree_parent(pos, nn);
+          if (ppos < 0) continue;
+          const int parent = tree == 1 ? (nn % 2 ? (ppos + 1) % nn : nn - 1 - ppos) : ppos;
+          const int a = g.per_node[std::size_t(i)][std::size_t(j)], b = g.per_node[std::size_t(parent)][std::size_t(j)];
+          path(a, b, j, f.links);
+          path(b, a, j, f.links);
+        }
+        f.bytes = s.bytes / m / 2 / eff;
+        f.latency = latency;
+        if (!f.links.empty()) ph.push_back(std::move(f));
+      }
+  }
+
   void plan_hierarchical() {
     if (g.nodes <= 1) return plan_ring();
     const int m = g.ppn_max;
@@ -637,6 +695,7 @@ struct Planner {
       case CollectiveAlgorithm::ring: plan_ring(); break;
       case CollectiveAlgorithm::tree: plan_tree(); break;
       case CollectiveAlgorithm::nvls: plan_nvls(); break;
+      case CollectiveAlgorithm::nvls_tree: plan_nvls_tree(); break;
       case CollectiveAlgorithm::hierarchical: plan_hierarchical(); break;
       case CollectiveAlgorithm::direct: plan_direct(); break;
       case CollectiveAlgorithm::halving_doubling: plan_halving_doubling(); break;
@@ -699,6 +758,7 @@ const char* algorithm_name(CollectiveAlgorithm a) {
     case CollectiveAlgorithm::ring: return "ring";
     case CollectiveAlgorithm::tree: return "tree";
     case CollectiveAlgorithm::nvls: return "nvls";
+    case CollectiveAlgorithm::nvls_tree: return "nvls_tree";
     case CollectiveAlgorithm::hierarchical: return "hierarchical";
     case CollectiveAlgorithm::direct: return "direct";
     case CollectiveAlgorithm::halving_doubling: return "halving_doubling";
@@ -732,6 +792,7 @@ std::optional<CollectiveAlgorithm> parse_algorithm(std::string_view s) {
   if (x == "ring") return CollectiveAlgorithm::ring;
   if (x == "tree" || x == "doublebinarytree") return CollectiveAlgorithm::tree;
   if (x == "nvls") return CollectiveAlgorithm::nvls;
+  if (x == "nvlstree") return CollectiveAlgorithm::nvls_tree;
   if (x == "hierarchical") return CollectiveAlgorithm::hierarchical;
   if (x == "direct") return CollectiveAlgorithm::direct;
   if (x == "halvingdoubling" || x == "rhd" || x == "recursivehalvingdoubling") return CollectiveAlgorithm::halving_doubling;
@@ -777,12 +838,16 @@ std::optional<std::string> check_collective(const Topology& topo, const Collecti
   const Group g = analyse(topo, spec.ranks);
   if (*spec.algorithm == CollectiveAlgorithm::nvls && !g.nvls)
     return std::string("nvls needs a group inside one node whose NVSwitch reduces (Hopper or later, nvls: true)");
+  if (*spec.algorithm == CollectiveAlgorithm::nvls_tree && !g.nvls_nodes)
+    return std::string("nvls_tree needs two or more nodes whose NVSwitches reduce, the same number (>= 2) of the "
+                       "group's GPUs on each");
   if (*spec.algorithm == CollectiveAlgorithm::hierarchical && g.ppn_min != g.ppn_max)
     return std::string("hierarchical needs the same number of ranks on every node of the group");
   if (spec.protocol && *spec.protocol == Protocol::ll128 && !ll128_allowed(g))
     return std::string("LL128 needs NVLink between the group's GPUs");
-  if (spec.protocol && *spec.protocol != Protocol::simple && *spec.algorithm == CollectiveAlgorithm::nvls)
-    return std::string("nvls runs the Simple protocol only");
+  if (spec.protocol && *spec.protocol != Protocol::simple &&
+      (*spec.algorithm == CollectiveAlgorithm::nvls || *spec.algorithm == CollectiveAlgorithm::nvls_tree))
+    return std::string("NVLS algorithms run the Simple protocol only");
   return std::nullopt;
 }
 
@@ -797,6 +862,7 @@ CollectiveChoice choose_collective(const Topology& topo, const CollectiveSpec& s
       case CollectiveKind::all_reduce:
         algos = {A::ring, A::tree};
         if (g.nvls) algos.push_back(A::nvls);
+        if (g.nvls_nodes) algos.push_back(A::nvls_tree);
         break;
       case CollectiveKind::reduce_scatter:
       case CollectiveKind::all_gather:

@@ -13,6 +13,8 @@
 //                 between nodes and its mirror, each carrying half the data up and down pipelined.
 //   nvls          NVLink SHARP (Hopper and later, one NVSwitch node): the switch reduces and
 //                 multicasts; each GPU sends and receives S (p+1)/p.
+//   nvls_tree     NVLS inside each node and a double binary tree between nodes among the GPUs
+//                 of the same local index (each 1/m of the data), pipelined (NCCL's NVLS_TREE).
 //   hierarchical  reduce-scatter inside nodes, all-reduce between nodes among GPUs of the same
 //                 local index, all-gather inside nodes (phases with a barrier between them).
 //   direct        every rank to every other rank at once (all-to-all; one step of all-gather etc.).
@@ -24,7 +26,7 @@
 // (NVLink, PCIe, network), e.g. ring all-reduce: base + (2(p-1) - 2 nodes) intra + 2 nodes inter.
 // Protocols (LL, LL128, Simple) cost bandwidth as NCCL models it (LL moves 8-byte lines carrying
 // 4 bytes and is capped by llMaxBw; LL128 120 of every 128 bytes). The choice of algorithm and
-// protocol per size is NCCL's: the lowest latency + bytes / bandwidth among ring, tree and NVLS
+// protocol per size is NCCL's: the lowest latency + bytes / bandwidth among ring, tree, NVLS and NVLS tree
 // (NCCL's tree is the hierarchical one across nodes: chains inside, binary trees between). The
 // explicit hierarchical, direct and halving_doubling algorithms run only when asked for, except
 // direct for all-to-all and send/recv, which is what NCCL does for those.
@@ -40,7 +42,7 @@
 
 namespace scaleout {
 
-enum class CollectiveAlgorithm : std::uint8_t { ring, tree, nvls, hierarchical, direct, halving_doubling };
+enum class CollectiveAlgorithm : std::uint8_t { ring, tree, nvls, nvls_tree, hierarchical, direct, halving_doubling };
 enum class Protocol : std::uint8_t { ll, ll128, simple };
 
 const char* collective_name(CollectiveKind k);        // "all_reduce", ...

@@ -34,8 +34,12 @@ struct ParallelPlan {
   double grad_reduce_bytes = 0;                  // bytes per gradient element reduced; 0: the recipe's grad dtype
   bool pipeline_scatter_gather = true;           // Megatron splits p2p activations across TP ranks
   std::int64_t gpus_per_node = 1;
+  // Rank placement, fastest-varying group first (Megatron's default: tensor, context, data,
+  // pipeline). "tp-dp-pp-cp" would put context parallelism across the slowest links.
+  std::string order = "tp-cp-dp-pp";
   LinkParams links;
   double cpu_optimizer_params_per_s = 1.0e9;     // CPU Adam throughput when offloaded
+  bool offload_params = false;                   // ZeRO-Infinity / FSDP CPUOffload(params): shards in host memory
 
   std::int64_t gpus() const { return dp * tp * pp * cp; }
 };

@@ -21,17 +21,37 @@ struct GroupShape {
   bool spans_nodes = false;
 };
 
-// Megatron's rank order: tensor fastest, then context, data, pipeline.
-GroupShape group_shape(const ParallelPlan& p, CommGroup g, std::int64_t stage) {
-  std::int64_t size = 1, stride = 1;
-  switch (g) {
-    case CommGroup::tp: size = p.tp; stride = 1; break;
-    case CommGroup::cp: size = p.cp; stride = p.tp; break;
-    case CommGroup::dp: size = p.dp; stride = p.tp * p.cp; break;
-    case CommGroup::ep: size = p.ep; stride = p.tp * p.cp; break;
-    case CommGroup::pp: size = p.pp; stride = p.tp * p.cp * p.dp; break;
+// Stride of each group in the rank numbering, from the placement order (fastest first).
+std::int64_t group_stride(const ParallelPlan& p, CommGroup g) {
+  if (g == CommGroup::ep) g = CommGroup::dp;  // expert parallelism runs inside the data-parallel group
+  std::int64_t stride = 1;
+  std::size_t pos = 0;
+  const std::string& o = p.order;
+  while (pos < o.size()) {
+    const std::size_t dash = o.find('-', pos);
+    const std::string name = o.substr(pos, dash == std::string::npos ? std::string::npos : dash - pos);
+    const CommGroup here = name == "tp" ? CommGroup::tp : name == "cp" ? CommGroup::cp : name == "dp" ? CommGroup::dp : CommGroup::pp;
+    if (here == g) return stride;
+    stride *= here == CommGroup::tp ? p.tp : here == CommGroup::cp ? p.cp : here == CommGroup::dp ? p.dp : p.pp;
+    if (dash == std::string::npos) break;
+    pos = dash + 1;
   }
-  const std::int64_t base = stage * p.tp * p.cp * p.dp;
+  return stride;
+}
+
+std::int64_t stage_rank(const ParallelPlan& p, std::int64_t stage) { return stage * group_stride(p, CommGroup::pp); }
+
+GroupShape group_shape(const ParallelPlan& p, CommGroup g, std::int64_t stage) {
+  std::int64_t size = 1;
+  switch (g) {
+    case CommGroup::tp: size = p.tp; break;
+    case CommGroup::cp: size = p.cp; break;
+    case CommGroup::dp: size = p.dp; break;
+    case CommGroup::ep: size = p.ep; break;
+    case CommGroup::pp: size = p.pp; break;
+  }
+  const std::int64_t stride = group_stride(p, g);
+  const std::int64_t base = stage_rank(p, stage);
   const std::int64_t gpn = std::max<std::int64_t>(1, p.gpus_per_node);
   const bool spans = size > 1 && (base / gpn) != ((base + (size - 1) * stride) / gpn);
   return {size, spans};
@@ -150,6 +170,8 @@ StepResult simulate_step(const StepConfig& cfg) {
   const bool gather_params = shard.params > 1;
   const bool regather_in_backward = gather_params && par.fsdp != FsdpMode::shard_grad_op;
   if (par.offload_optimizer) shard.optimizer = 1e30;  // moments live in host memory
+  const double gathered_shard_params = shard.params;
+  if (par.offload_params && gather_params) shard.params = 1e30;  // shards live in host memory
 
   const ComputeModel cm(cfg.gpu, cfg.profile);
   Simulator sim;
@@ -307,10 +329,13 @@ StepResult simulate_step(const StepConfig& cfg) {
           }
           cur_layer = item.layer;
           const double lp = ch.planner->layer_params(item.layer) * (item.layer >= 0 ? 1.0 : 1.0);
-          gathered_bytes = lp * dtype_bytes(gather_dtype) * (1.0 - 1.0 / shard.params);
+          gathered_bytes = lp * dtype_bytes(gather_dtype) * (1.0 - (par.offload_params ? 0.0 : 1.0 / shard.params));
           const bool need = w.forward || regather_in_backward;
           if (need && gathered_bytes > 0) {
-            const double t = collective_time(cfg, CollectiveKind::all_gather, CommGroup::dp, lp * dtype_bytes(gather_dtype), s);
+            double t = collective_time(cfg, CollectiveKind::all_gather, CommGroup::dp, lp * dtype_bytes(gather_dtype), s);
+            // Offloaded parameters: this rank's shard crosses PCIe before the gather.
+            if (par.offload_params)
+              t += lp * dtype_bytes(gather_dtype) / gathered_shard_params / std::max(par.links.pcie_bandwidth, 1.0);
             std::vector<TaskId> gdeps;
             if (started) gdeps.push_back(first);  // prefetch: once this pass has started
             layer_gather = add_task(r, kDpComm, Time::from_seconds(t), gdeps, nullptr);
@@ -373,9 +398,8 @@ StepResult simulate_step(const StepConfig& cfg) {
         // Megatron's scatter-gather: each TP rank sends 1/tp of the (replicated) activation and the
         // receivers all-gather it over NVLink (SC21 section 4.1).
         if (par.tp > 1 && !par.sequence_parallel && par.pipeline_scatter_gather) bytes /= double(par.tp);
-        const GroupShape g = group_shape(par, CommGroup::pp, s);
-        const bool cross = g.spans_nodes && (s / std::max<std::int64_t>(1, par.gpus_per_node / std::max<std::int64_t>(1, par.tp * par.cp * par.dp))) !=
-                                                (dest_rank / std::max<std::int64_t>(1, par.gpus_per_node / std::max<std::int64_t>(1, par.tp * par.cp * par.dp)));
+        const std::int64_t gpn = std::max<std::int64_t>(1, par.gpus_per_node);
+        const bool cross = stage_rank(par, s) / gpn != stage_rank(par, dest_rank) / gpn;
         const LinkParams& l = par.links;
         const double bw = cross ? l.inter_node_bandwidth * l.inter_node_efficiency : l.intra_node_bandwidth * l.intra_node_efficiency;
         const double t = (cross ? l.inter_node_latency_s : l.intra_node_latency_s) + bytes / std::max(bw, 1.0);

@@ -47,7 +47,6 @@ CollectiveSpec spec(CollectiveKind k, std::vector<int> ranks, double bytes, std:
   return s;
 }
 
-constexpr double kGiB = 1073741824.0;
 
 }  // namespace
 

@@ -227,6 +227,18 @@ bool launched_by_mpirun() {
   return false;
 }
 
+// Polls with short naps rather than a blocking probe: Open MPI's blocking calls spin, and a rank
+// waiting for a message would take a core from the simulations of its node.
+MPI_Status wait_for_message(int source, int tag) {
+  MPI_Status st;
+  for (auto nap = std::chrono::microseconds(10);; nap = std::min(2 * nap, std::chrono::microseconds(400))) {
+    int arrived = 0;
+    MPI_Iprobe(source, tag, MPI_COMM_WORLD, &arrived, &st);
+    if (arrived) return st;
+    std::this_thread::sleep_for(nap);
+  }
+}
+
 class MpiSession {
  public:
   MpiSession() {
@@ -253,15 +265,7 @@ SweepSummary coordinate(Prepared& p, int ranks, const std::function<void(const S
   int active = ranks - 1;
   std::vector<char> buf;
   while (active > 0) {
-    // Polling with a short sleep rather than a blocking probe: Open MPI's blocking calls spin,
-    // and rank 0 would take a core from the workers of its node.
-    MPI_Status st;
-    for (auto nap = std::chrono::microseconds(20);; nap = std::min(2 * nap, std::chrono::microseconds(2000))) {
-      int arrived = 0;
-      MPI_Iprobe(MPI_ANY_SOURCE, kTagRequest, MPI_COMM_WORLD, &arrived, &st);
-      if (arrived) break;
-      std::this_thread::sleep_for(nap);
-    }
+    MPI_Status st = wait_for_message(MPI_ANY_SOURCE, kTagRequest);
     int count = 0;
     MPI_Get_count(&st, MPI_BYTE, &count);
     buf.resize(static_cast<std::size_t>(count));
@@ -280,28 +284,31 @@ SweepSummary coordinate(Prepared& p, int ranks, const std::function<void(const S
     }
     SCALEOUT_CHECK(rows.size() <= outstanding[src], "a worker returns only the points it was given");
     outstanding[src] -= rows.size();
-    if (!rows.empty()) write_rows(*p.out, rows, tally);
     std::vector<std::uint64_t> give;
     while (give.size() < want && next < p.pending.size()) give.push_back(p.pending[next++]);
     outstanding[src] += give.size();
     MPI_Send(give.data(), static_cast<int>(give.size()), MPI_UINT64_T, st.MPI_SOURCE, kTagWork, MPI_COMM_WORLD);
     if (give.empty() && outstanding[src] == 0) --active;
+    // Answer first, then write and sync: the worker need not wait for the disk.
+    if (!rows.empty()) write_rows(*p.out, rows, tally);
   }
   return finish(tally, p);
 }
 
 void serve(const Sweep& sweep, unsigned jobs) {
   PointPool pool(sweep, jobs);
+  // Points held ahead of the threads, so that none waits on a round trip to rank 0; few enough
+  // that the end of the sweep stays balanced across ranks.
+  const std::size_t target = 4 * std::size_t(jobs);
   std::size_t in_flight = 0;
   std::string results;
-  std::uint64_t want = jobs;
+  std::uint64_t want = target;
   for (;;) {
     std::string msg(sizeof want, '\0');
     std::memcpy(msg.data(), &want, sizeof want);
     msg += results;
     MPI_Send(msg.data(), static_cast<int>(msg.size()), MPI_BYTE, 0, kTagRequest, MPI_COMM_WORLD);
-    MPI_Status st;
-    MPI_Probe(0, kTagWork, MPI_COMM_WORLD, &st);
+    MPI_Status st = wait_for_message(0, kTagWork);
     int n = 0;
     MPI_Get_count(&st, MPI_UINT64_T, &n);
     std::vector<std::uint64_t> given(static_cast<std::size_t>(n));
@@ -313,7 +320,7 @@ void serve(const Sweep& sweep, unsigned jobs) {
     const std::vector<SweepRow> rows = pool.wait_rows();
     for (const SweepRow& row : rows) results += jsonl_line(row);
     in_flight -= rows.size();
-    want = jobs - in_flight;
+    want = target - in_flight;
   }
 }
 

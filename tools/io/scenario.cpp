@@ -262,6 +262,7 @@ TrainingSpec parse_training(JsonReader r) {
   t.attention = r.choice_or("attention", {"flash", "naive"}, "flash") == "flash" ? AttentionImpl::flash
                                                                                  : AttentionImpl::naive;
   t.dropout = r.number_or("dropout", 0.0, 0.0, 0.99);
+  t.moe_capacity_factor = r.number_or("moe_capacity_factor", 1.0, 1.0, 64.0);
   if (r.has("lora")) {
     JsonReader l = r.object("lora");
     LoraSpec lora;
@@ -297,7 +298,26 @@ Parallelism parse_parallelism(JsonReader r) {
   if (p.ddp_bucket_bytes <= 0) r.fail("ddp_bucket", "must be positive");
   p.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", true);
   p.grad_reduce_dtype = r.choice_or("grad_reduce_dtype", {"", "fp32", "bf16", "fp16"}, "");
+  p.order = r.string_or("order", p.order);
+  {
+    std::vector<std::string> parts;
+    std::size_t pos = 0;
+    while (true) {
+      const std::size_t dash = p.order.find('-', pos);
+      parts.push_back(p.order.substr(pos, dash == std::string::npos ? std::string::npos : dash - pos));
+      if (dash == std::string::npos) break;
+      pos = dash + 1;
+    }
+    std::vector<std::string> sorted = parts;
+    std::sort(sorted.begin(), sorted.end());
+    if (sorted != std::vector<std::string>{"cp", "dp", "pp", "tp"})
+      r.fail("order", "expected the four groups tp, cp, dp, pp in placement order, fastest first, like \"tp-cp-dp-pp\"; got \"" +
+                          p.order + "\"");
+  }
+  p.offload_params = r.boolean_or("offload_params", false);
   if (p.offload_optimizer && p.zero == 0 && p.fsdp.empty()) r.fail("offload_optimizer", "needs zero >= 1 or an fsdp strategy");
+  if (p.offload_params && p.zero < 3 && p.fsdp != "full_shard" && p.fsdp != "hybrid_shard")
+    r.fail("offload_params", "needs sharded parameters: zero 3, or fsdp full_shard or hybrid_shard");
   if (p.pp_schedule == "interleaved" && p.virtual_stages < 2)
     r.fail("virtual_stages", "the interleaved schedule needs virtual_stages >= 2");
   if (p.zero > 0 && !p.fsdp.empty()) r.fail("fsdp", "give either zero or fsdp, not both");

@@ -24,6 +24,8 @@ struct Parallelism {
   double ddp_bucket_bytes = 25.0 * 1024 * 1024;
   bool overlap_grad_reduce = true;
   std::string grad_reduce_dtype;  // empty: the precision recipe's gradient dtype
+  std::string order = "tp-cp-dp-pp";
+  bool offload_params = false;
 };
 
 // What the seed article (or a paper) claims about the scenario, kept beside the prediction.

@@ -26,6 +26,8 @@ StepConfig step_config(const Scenario& s) {
   pp.fsdp = p.fsdp == "full_shard" ? FsdpMode::full_shard : p.fsdp == "shard_grad_op" ? FsdpMode::shard_grad_op
           : p.fsdp == "hybrid_shard" ? FsdpMode::hybrid_shard : p.fsdp == "no_shard" ? FsdpMode::no_shard : FsdpMode::none;
   pp.offload_optimizer = p.offload_optimizer;
+  pp.offload_params = p.offload_params;
+  pp.order = p.order;
   pp.ddp_bucket_bytes = p.ddp_bucket_bytes;
   pp.overlap_grad_reduce = p.overlap_grad_reduce;
   if (!p.grad_reduce_dtype.empty()) pp.grad_reduce_bytes = dtype_bytes(*parse_dtype(p.grad_reduce_dtype));
