@@ -69,7 +69,7 @@ Time ComputeModel::gemm_time(const GemmShape& g, Dtype d) const {
       // tensor-core fragment of 16): GEMV-like shapes come out bandwidth-bound, as they are.
       const double tm = std::min<double>(tile.m, std::ceil(double(g.m) / 16.0) * 16.0);
       const double tn = std::min<double>(tile.n, std::ceil(double(g.n) / 16.0) * 16.0);
-      const double tile_time = 2.0 * tm * tn * k / (sm_rate * tile.efficiency) * (1.0 + profile_.gemm_k_half / k);
+      const double tile_time = 2.0 * tm * tn * k / (sm_rate * tile.efficiency) * (1.0 + profile_.k_half(eff_dtype) / k);
       double t = waves * tile_time;
       if (split > 1) t += double(g.m) * double(g.n) * double(g.batch) * 4.0 * split /
                           (gpu_.hbm_bandwidth.value * profile_.memory_efficiency);

@@ -27,6 +27,12 @@ struct ComputeProfile {
   std::array<double, kDtypeCount> gemm_efficiency{};
   // Short reduction dimensions pay prologue/epilogue: efficiency scales by k / (k + gemm_k_half).
   double gemm_k_half = 48;
+  // Per dtype where calibrated (each dtype's MMA instructions and pipelines differ); 0: gemm_k_half.
+  std::array<double, kDtypeCount> gemm_k_half_by_dtype{};
+  double k_half(Dtype d) const {
+    const double v = gemm_k_half_by_dtype[static_cast<std::size_t>(d)];
+    return v > 0 ? v : gemm_k_half;
+  }
   std::vector<GemmTile> tiles;
   // A dimension that is not a multiple of 16 bytes of elements (GPT-2's vocabulary of 50257)
   // takes cuBLAS off its vectorised kernels: the GEMM runs at this fraction of its rate.

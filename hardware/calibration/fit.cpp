@@ -69,7 +69,7 @@ GemmTerms gemm_terms(const GpuSpec& gpu, const ComputeProfile& p, const GemmShap
       const double tm = std::min<double>(tile.m, std::ceil(double(g.m) / 16.0) * 16.0);
       const double tn = std::min<double>(tile.n, std::ceil(double(g.n) / 16.0) * 16.0);
       const double w = waves * 2.0 * tm * tn * k / (sm_rate * tile.efficiency);
-      const double t = w / eff * (1.0 + p.gemm_k_half / k);
+      const double t = w / eff * (1.0 + p.k_half(d) / k);
       if (std::max(t, t_mem) < best_t) {
         best_t = std::max(t, t_mem);
         best = {w, w / k, t_mem > t};
@@ -146,8 +146,10 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
           break;
         }
         q.gemm_efficiency[di] = std::clamp(1.0 / x(0), 0.02, 1.0);
-        // One k_half for all dtypes, from bf16 (the grid's fullest); the other dtypes' fits use it.
-        if (d == Dtype::bf16) q.gemm_k_half = std::clamp(x(1) / x(0), 0.0, 4096.0);
+        // k_half per dtype; bf16's (the fullest grid) is also the default for the others.
+        const double kh = std::clamp(x(1) / x(0), 0.0, 4096.0);
+        q.gemm_k_half_by_dtype[di] = kh;
+        if (d == Dtype::bf16) q.gemm_k_half = kh;
       }
     }
 

@@ -245,3 +245,18 @@ TEST_CASE("a one-rank or empty collective finishes at once", "[sim]") {
   CHECK(time_collective(t, spec(CollectiveKind::all_reduce, {3}, 1e9)) == 0);
   CHECK(time_collective(t, spec(CollectiveKind::all_reduce, iota(0, 8), 0)) == 0);
 }
+
+TEST_CASE("two H100 nodes: NVLS inside, a tree between, for large all-reduces", "[sim]") {
+  // NVLink bound: S(m+1)/m at 5/6 of 370.8 GB/s per GPU, while each NIC carries only S/m.
+  const Topology t = build_topology(dgx(GpuGeneration::hopper, 2));
+  auto s = spec(CollectiveKind::all_reduce, iota(0, 16), 8 * kGiB);
+  CollectiveChoice c;
+  const double time = time_collective(t, s, &c);
+  CHECK(c.algorithm == CollectiveAlgorithm::nvls_tree);
+  const double nvl = 450e9 * 20.6 / 25 * 5 / 6;
+  CHECK(time == Approx(c.latency_s + s.bytes * 9 / 8 / nvl).epsilon(1e-6));
+  s.algorithm = CollectiveAlgorithm::nvls_tree;
+  CHECK_FALSE(check_collective(t, s));
+  s.ranks = {0, 8};
+  CHECK_THAT(check_collective(t, s).value_or(""), Catch::Contains("nvls_tree needs"));
+}

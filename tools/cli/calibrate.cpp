@@ -114,6 +114,12 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
       {"gpu", zoo},
       {"gemm_efficiency", eff},
       {"gemm_k_half", p.gemm_k_half},
+      {"gemm_k_half_by_dtype", [&] {
+         Json kh = Json::object();
+         for (std::size_t i = 0; i < kDtypeCount; ++i)
+           if (p.gemm_k_half_by_dtype[i] > 0) kh[std::string(kDtypeNames[i])] = p.gemm_k_half_by_dtype[i];
+         return kh;
+       }()},
       {"gemm_unaligned_efficiency", p.gemm_unaligned_efficiency},
       {"wave_quantization", p.wave_quantization},
       {"gemm_memory_efficiency", p.gemm_memory_efficiency},

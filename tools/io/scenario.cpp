@@ -176,6 +176,14 @@ ComputeProfile parse_profile(const Json& j, const std::string& file, const std::
     e.finish();
   }
   p.gemm_k_half = r.number_or("gemm_k_half", p.gemm_k_half, 0, 1e6);
+  if (r.has("gemm_k_half_by_dtype")) {
+    JsonReader e = r.object("gemm_k_half_by_dtype");
+    for (std::size_t i = 0; i < kDtypeCount; ++i)
+      p.gemm_k_half_by_dtype[i] = e.number_or(std::string(kDtypeNames[i]), 0.0, 0.0, 1e6);
+    e.finish();
+  } else {
+    r.ignore("gemm_k_half_by_dtype");
+  }
   p.wave_quantization = r.number_or("wave_quantization", p.wave_quantization, 0.0, 1.0);
   p.gemm_memory_efficiency = r.number_or("gemm_memory_efficiency", p.gemm_memory_efficiency, 1e-3, 1.0);
   p.gemm_unaligned_efficiency = r.number_or("gemm_unaligned_efficiency", p.gemm_unaligned_efficiency, 1e-3, 1.0);
