@@ -609,11 +609,26 @@ struct Planner {
     const int n = g.n;
     const auto& r = g.order;
     const double base = kBaseLat[kRowRing][proto_index(proto)];
+    // Every rank to every other: a rank's sends are posted together and progress together, so
+    // they are one coupled flow per rank (two: the sends inside its node and those leaving it, which
+    // run at different speeds). p^2 independent flows would re-solve the network p^2 times.
     auto all_pairs = [&](double bytes) {
       Phase ph;
-      for (int i = 0; i < n; ++i)
-        for (int j = 0; j < n; ++j)
-          if (i != j) add_p2p(ph, r[std::size_t(i)], r[std::size_t(j)], bytes, base);
+      for (int i = 0; i < n; ++i) {
+        PlannedFlow local, remote;
+        const int a = r[std::size_t(i)];
+        for (int j = 0; j < n; ++j) {
+          const int b = r[std::size_t(j)];
+          if (i == j) continue;
+          path(a, b, 0, t.node_of(a) == t.node_of(b) ? local.links : remote.links);
+        }
+        for (auto* f : {&local, &remote}) {
+          if (f->links.empty()) continue;
+          f->bytes = bytes / eff;
+          f->latency = lat(base + step_latency_us(g, proto, f == &remote));
+          ph.push_back(std::move(*f));
+        }
+      }
       phases.push_back(std::move(ph));
     };
     const int root = s.ranks[std::size_t(s.root)];

@@ -111,6 +111,23 @@ std::vector<double> parse_sizes(const std::string& text, double factor) {
 }
 
 void collective_command(const CollectiveOptions& o, std::ostream& os) {
+  if (o.fields) {
+    os << "Keys of a cluster file (hardware/clusters/*.json); GB/s is bytes, Gb/s is bits:\n";
+    for (const ClusterField& f : cluster_fields())
+      os << "  " << f.key << " (" << f.type << ", default " << f.default_value << "): " << f.help << "\n";
+    return;
+  }
+  if (o.list) {
+    for (const auto& n : cluster_names()) {
+      std::string file;
+      const ClusterSpec c = load_cluster(n, &file);
+      char line[256];
+      std::snprintf(line, sizeof line, "%-28s %5d GPUs  %s\n", n.c_str(), c.gpus(), c.description.c_str());
+      os << line;
+    }
+    return;
+  }
+  if (o.cluster.empty()) throw InputError("--cluster: required (a shipped cluster, see --list, or a file)");
   std::string file;
   const ClusterSpec spec = load_cluster(o.cluster, &file);
   const Topology topo = cluster_topology(spec, file, "");
@@ -238,7 +255,9 @@ int validate_network(const std::string& file, std::ostream& os) {
 void register_collective_command(CLI::App& app) {
   auto o = std::make_shared<CollectiveOptions>();
   CLI::App* c = app.add_subcommand("collective", "One collective on a cluster's topology, printed like nccl-tests");
-  c->add_option("--cluster", o->cluster, "Shipped cluster name (hardware/clusters) or a cluster file")->required();
+  c->add_option("--cluster", o->cluster, "Shipped cluster name (hardware/clusters, see --list) or a cluster file");
+  c->add_flag("--list", o->list, "List the shipped clusters");
+  c->add_flag("--fields", o->fields, "List the keys a cluster file takes, with units and defaults");
   c->add_option("--op", o->op, "all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, send_recv")
       ->default_val("all_reduce");
   c->add_option("--ranks", o->ranks, "Group: 0,1,2,3 or 0-7 or 0-63:8 (default: every GPU)");

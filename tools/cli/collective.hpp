@@ -19,6 +19,8 @@ struct CollectiveOptions {
   std::string sizes = "8B:8GiB";
   double factor = 2;
   std::string format = "text";
+  bool list = false;    // print the shipped clusters instead
+  bool fields = false;  // print the keys a cluster file takes instead
 };
 
 // Parses "8B:8GiB" (min:max, times `factor`), "1MiB,4MiB", or one size; InputError otherwise.
