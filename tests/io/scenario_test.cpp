@@ -119,3 +119,17 @@ TEST_CASE("set overrides any path, turning a zoo name into a base", "[io]") {
   CHECK(s.training.precision.name == "bf16");
   CHECK_THROWS_AS(apply_override(j, "novalue"), InputError);
 }
+
+TEST_CASE("a scenario's cluster may name a shipped topology, which sets its links", "[io]") {
+  Json j = base_scenario();
+  j["cluster"] = {{"gpu", "a100-80g"}, {"topology", "dgx-a100-2n"}};
+  j["parallelism"] = {{"dp", 16}};
+  j["training"]["global_batch"] = 16;
+  const Scenario s = parse_scenario(j, "s.json");
+  CHECK(s.nodes == 2);
+  CHECK(s.gpus_per_node == 8);
+  CHECK(s.intra_node_bandwidth == Approx(300e9));  // 600 GB/s NVLink both ways
+  CHECK(s.inter_node_bandwidth > 0);
+  j["cluster"]["gpu"] = "h100-sxm";
+  CHECK(error_of(j).find("/cluster/topology: cluster \"dgx-a100-2n\" has a100-80g GPUs") != std::string::npos);
+}

@@ -1,5 +1,7 @@
 #include "tools/io/scenario.hpp"
 
+#include "tools/io/cluster.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -352,19 +354,48 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
     const std::string f = zoo_file("gpus", gpu_name, file, "/cluster/gpu");
     s.gpu = parse_gpu(load_json_file(f), f, "");
   }
-  s.nodes = c.integer_or("nodes", 1, 1, kMaxGpus);
-  s.gpus_per_node = c.integer_or("gpus_per_node", 1, 1, 1024);
+  // A shipped or given cluster file (hardware/clusters) fixes the node and fabric; its links
+  // give the groups' bandwidths. Without one, the GPU's usual server and a non-blocking fabric.
+  std::optional<ClusterSpec> topo;
+  if (c.has("topology")) {
+    const std::string t = c.string("topology");
+    const auto rel = std::filesystem::path(file).parent_path() / t;
+    try {
+      topo = load_cluster(std::filesystem::exists(rel) && rel.extension() == ".json" ? rel.string() : t);
+    } catch (const InputError& e) {
+      c.fail("topology", e.what());
+    }
+    if (topo->gpu != s.gpu.name)
+      c.fail("topology", "cluster \"" + t + "\" has " + topo->gpu + " GPUs, the scenario names " + s.gpu.name);
+  } else {
+    c.ignore("topology");
+  }
+  s.nodes = c.integer_or("nodes", topo ? topo->nodes : 1, 1, kMaxGpus);
+  s.gpus_per_node = c.integer_or("gpus_per_node", topo ? topo->gpus_per_node : 1, 1, 1024);
+  if (topo && (s.nodes > topo->nodes || s.gpus_per_node != topo->gpus_per_node))
+    c.fail(s.gpus_per_node != topo->gpus_per_node ? "gpus_per_node" : "nodes",
+           "does not match the topology's " + std::to_string(topo->nodes) + " nodes of " +
+               std::to_string(topo->gpus_per_node) + " GPUs");
   // Inside a node: NVLink through NVSwitch (half the quoted bidirectional figure each way), or
   // PCIe. Between nodes: the NICs' bandwidth shared by the node's GPUs; by default one NIC per
   // GPU at the speed of the GPU's generation (HDR 200 Gb/s with A100 and V100 as in DGX A100,
   // NDR 400 Gb/s with H100/H200/B200 as in DGX H100).
-  const bool nvswitch = s.gpu.default_node == "nvswitch" || s.gpu.default_node == "infinity-fabric";
-  const double intra_default = nvswitch && s.gpu.nvlink_bandwidth.value > 0 ? s.gpu.nvlink_bandwidth.value / 2
-                                                                            : s.gpu.pcie_bandwidth.value;
+  const bool nvswitch = topo ? topo->node_kind == NodeKind::nvswitch
+                             : (s.gpu.default_node == "nvswitch" || s.gpu.default_node == "infinity-fabric");
+  const double nvlink = topo ? topo->nvlink_bandwidth.value : s.gpu.nvlink_bandwidth.value;
+  const double pcie = topo ? topo->pcie_bandwidth.value : s.gpu.pcie_bandwidth.value;
+  const double intra_default = nvswitch && nvlink > 0 ? nvlink / 2 : pcie;
   s.intra_node_bandwidth = c.quantity_or("intra_node_bandwidth", QuantityKind::bandwidth, intra_default);
   const bool older = s.gpu.name == "a100-80g" || s.gpu.name == "a100-40g" || s.gpu.name == "v100";
-  const double nic = c.quantity_or("nic_bandwidth", QuantityKind::bandwidth, older ? 25e9 : 50e9);
-  const std::int64_t nics = c.integer_or("nics_per_node", s.gpus_per_node, 1, 1024);
+  double nic_default = older ? 25e9 : 50e9;
+  std::int64_t nics_default = s.gpus_per_node;
+  if (topo && topo->nics_per_node > 0) {
+    nic_default = topo->nic_bandwidth.value;
+    nics_default = topo->nics_per_node;
+    if (topo->oversubscription > 1 && topo->levels > 1) nic_default /= topo->oversubscription;  // cross-pod share
+  }
+  const double nic = c.quantity_or("nic_bandwidth", QuantityKind::bandwidth, nic_default);
+  const std::int64_t nics = c.integer_or("nics_per_node", nics_default, 1, 1024);
   s.inter_node_bandwidth = nic * double(nics) / double(s.gpus_per_node);
   s.intra_node_latency_s = c.quantity_or("intra_node_latency", QuantityKind::time_s, s.intra_node_latency_s);
   s.inter_node_latency_s = c.quantity_or("inter_node_latency", QuantityKind::time_s, s.inter_node_latency_s);
