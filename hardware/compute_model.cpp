@@ -43,20 +43,21 @@ double peak_for(const GpuSpec& gpu, Dtype d) {
 }
 }  // namespace
 
-Time ComputeModel::gemm_time(const GemmShape& g, Dtype d) const {
-  if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0) return Time::zero();
+GemmPlan ComputeModel::gemm_plan(const GemmShape& g, Dtype d) const {
+  GemmPlan best;
+  if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0) return best;
   Dtype eff_dtype = gpu_.supports(d) ? d : (gpu_.supports(Dtype::fp16) ? Dtype::fp16 : Dtype::fp32);
   const double eff = std::max(1e-3, profile_.gemm_eff(eff_dtype));
   const double elem = dtype_bytes(d);
   const auto align = static_cast<std::int64_t>(std::max(1.0, 16.0 / elem));
   const bool aligned = g.n % align == 0 && (g.a_transposed ? g.m : g.k) % align == 0;
-  const double sm_rate = peak_for(gpu_, d) / std::max(1, gpu_.sms) * eff * (aligned ? 1.0 : profile_.gemm_unaligned_efficiency);
+  const double sm_rate = peak_for(gpu_, d) / std::max(1, gpu_.sms) * (aligned ? 1.0 : profile_.gemm_unaligned_efficiency);
   const double bytes = double(g.batch) * (double(g.m) * double(g.k) + double(g.k) * double(g.n) +
                                           double(g.m) * double(g.n)) * elem;
   const double t_mem = bytes / (gpu_.hbm_bandwidth.value * profile_.gemm_memory_efficiency);
   const double sms = std::max(1, gpu_.sms);
   const double p_wq = profile_.wave_quantization;
-  double best = 1e300;
+  best.time_s = 1e300;
   for (const GemmTile& tile : profile_.tiles) {
     const double tiles = std::ceil(double(g.m) / tile.m) * std::ceil(double(g.n) / tile.n) * double(g.batch);
     // Split-K: when the tiles leave SMs idle, cut the reduction across them (partial sums in fp32).
@@ -69,14 +70,20 @@ Time ComputeModel::gemm_time(const GemmShape& g, Dtype d) const {
       // tensor-core fragment of 16): GEMV-like shapes come out bandwidth-bound, as they are.
       const double tm = std::min<double>(tile.m, std::ceil(double(g.m) / 16.0) * 16.0);
       const double tn = std::min<double>(tile.n, std::ceil(double(g.n) / 16.0) * 16.0);
-      const double tile_time = 2.0 * tm * tn * k / (sm_rate * tile.efficiency) * (1.0 + profile_.k_half(eff_dtype) / k);
-      double t = waves * tile_time;
-      if (split > 1) t += double(g.m) * double(g.n) * double(g.batch) * 4.0 * split /
-                          (gpu_.hbm_bandwidth.value * profile_.memory_efficiency);
-      best = std::min(best, std::max(t, t_mem));
+      const double work = waves * 2.0 * tm * tn * k / (sm_rate * tile.efficiency);
+      const double reduction = split > 1 ? double(g.m) * double(g.n) * double(g.batch) * 4.0 * split /
+                                               (gpu_.hbm_bandwidth.value * profile_.memory_efficiency)
+                                         : 0.0;
+      const double t = work / eff * (1.0 + profile_.k_half(eff_dtype) / k) + reduction;
+      if (std::max(t, t_mem) < best.time_s) best = {std::max(t, t_mem), work, work / k, reduction, t_mem > t};
     }
   }
-  return profile_.kernel_latency + Time::from_seconds(best);
+  return best;
+}
+
+Time ComputeModel::gemm_time(const GemmShape& g, Dtype d) const {
+  if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0) return Time::zero();
+  return profile_.kernel_latency + Time::from_seconds(gemm_plan(g, d).time_s);
 }
 
 Time ComputeModel::attention_time(const AttentionShape& a, bool backward, Dtype d) const {

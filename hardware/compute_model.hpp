@@ -10,8 +10,18 @@
 
 namespace scaleout {
 
+// How a GEMM runs under the model: its best tile and split, as the calibration fit needs it.
+// time = max(work / efficiency * (1 + k_half / k) + split_reduction, memory) for that choice;
+// `work` is the waves' FLOPs over the SMs' peak (efficiency 1), `work_over_k` that over k.
+struct GemmPlan {
+  double time_s = 0;  // without the kernel latency
+  double work_s = 0, work_over_k = 0, split_reduction_s = 0;
+  bool memory_bound = false;
+};
+
 class ComputeModel {
  public:
+  GemmPlan gemm_plan(const GemmShape& g, Dtype d) const;
   ComputeModel(GpuSpec gpu, ComputeProfile profile);
   Time time(const Kernel& k) const;
   Time gemm_time(const GemmShape& g, Dtype d) const;

@@ -40,43 +40,16 @@ FitStats held_out_stats(const ComputeModel& cm, const std::vector<const KernelMe
   return s;
 }
 
-// The work term W of a GEMM under its best tile for the current profile (efficiency 1).
+// The work term W of a GEMM under its best tile for the current profile (efficiency 1), with
+// the split-K reduction the linear fit must leave out.
 struct GemmTerms {
-  double w = 0, w_over_k = 0;
+  double w = 0, w_over_k = 0, fixed = 0;
   bool memory_bound = false;
 };
 
 GemmTerms gemm_terms(const GpuSpec& gpu, const ComputeProfile& p, const GemmShape& g, Dtype d) {
-  const double eff = std::max(1e-3, p.gemm_eff(d));
-  const double peak = gpu.peak(d).value > 0 ? gpu.peak(d).value : gpu.peak(Dtype::bf16).value;
-  const auto align = static_cast<std::int64_t>(std::max(1.0, 16.0 / dtype_bytes(d)));
-  const bool aligned = g.n % align == 0 && (g.a_transposed ? g.m : g.k) % align == 0;
-  const double sm_rate = peak / std::max(1, gpu.sms) * (aligned ? 1.0 : p.gemm_unaligned_efficiency);
-  const double sms = std::max(1, gpu.sms);
-  const double bytes = double(g.batch) * (double(g.m) * double(g.k) + double(g.k) * double(g.n) + double(g.m) * double(g.n)) *
-                       dtype_bytes(d);
-  const double t_mem = bytes / (gpu.hbm_bandwidth.value * p.gemm_memory_efficiency);
-  const double p_wq = p.wave_quantization;
-  GemmTerms best;
-  double best_t = 1e300;
-  for (const GemmTile& tile : p.tiles) {
-    const double tiles = std::ceil(double(g.m) / tile.m) * std::ceil(double(g.n) / tile.n) * double(g.batch);
-    const double max_split = std::max(1.0, std::min(std::floor(sms / tiles), std::floor(double(g.k) / 256.0)));
-    for (double split = 1; split <= max_split; split *= 2) {
-      const double k = std::ceil(double(g.k) / split);
-      const double exact = tiles * split / sms;
-      const double waves = std::max(1.0, p_wq * std::ceil(exact) + (1.0 - p_wq) * exact);
-      const double tm = std::min<double>(tile.m, std::ceil(double(g.m) / 16.0) * 16.0);
-      const double tn = std::min<double>(tile.n, std::ceil(double(g.n) / 16.0) * 16.0);
-      const double w = waves * 2.0 * tm * tn * k / (sm_rate * tile.efficiency);
-      const double t = w / eff * (1.0 + p.k_half(d) / k);
-      if (std::max(t, t_mem) < best_t) {
-        best_t = std::max(t, t_mem);
-        best = {w, w / k, t_mem > t};
-      }
-    }
-  }
-  return best;
+  const GemmPlan plan = ComputeModel(gpu, p).gemm_plan(g, d);
+  return {plan.work_s, plan.work_over_k, plan.split_reduction_s, plan.memory_bound};
 }
 
 }  // namespace
@@ -131,7 +104,7 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
         for (const auto* m : gemm_fit) {
           if (m->kernel.dtype != d) continue;
           const GemmTerms g = gemm_terms(gpu, q, m->kernel.gemm, d);
-          const double rest = m->seconds - q.kernel_latency.seconds();
+          const double rest = m->seconds - q.kernel_latency.seconds() - g.fixed;
           const auto& sh = m->kernel.gemm;
           const auto align = static_cast<std::int64_t>(std::max(1.0, 16.0 / dtype_bytes(d)));
           const bool aligned = sh.n % align == 0 && (sh.a_transposed ? sh.m : sh.k) % align == 0;
