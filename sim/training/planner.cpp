@@ -66,6 +66,44 @@ bool ChunkPlanner::region_input(const OpRec& op, int t) const {
   return p < 0 || tape_.ops[p].region != op.region;
 }
 
+// One op of a forward pass or of a recompute replay: outputs allocated, inputs used up, saved
+// tensors counted (in a first forward, a checkpointed region keeps only its inputs, as
+// non-reentrant torch.utils.checkpoint does), and what nothing needs any more freed. `replay_held`
+// collects autocast's cached weight casts made during a replay.
+PlanItem ChunkPlanner::run_forward_op(MbState& st, const OpRec& op, Phase phase, std::vector<int>* replay_held) const {
+  PlanItem it;
+  it.phase = phase;
+  it.kernels = op.fwd;
+  it.layer = op.layer;
+  if (op.fwd_workspace_bytes > 0) {
+    it.allocs.push_back({MemCategory::other, op.fwd_workspace_bytes});
+    it.frees.push_back({MemCategory::other, op.fwd_workspace_bytes});
+  }
+  for (int t : op.outputs) {
+    alloc(st, it, t);
+    if (tape_.tensors[t].hold_until_forward_end) {
+      st.held[t] = true;
+      if (replay_held) replay_held->push_back(t);
+    }
+  }
+  for (int t : op.inputs) --st.uses[t];
+  if (replay_held || op.region < 0) {
+    for (int t : op.saved) ++st.saved[t];
+  } else {
+    auto& keep = st.region_inputs[op.region];
+    for (int t : op.inputs)
+      if (region_input(op, t) && std::find(keep.begin(), keep.end(), t) == keep.end()) {
+        keep.push_back(t);
+        ++st.saved[t];
+      }
+  }
+  // The stage output is sent on; the planner releases it when the pass ends.
+  for (int t : op.inputs) maybe_free(st, it, t);
+  for (int t : op.outputs)
+    if (replay_held || t != tape_.output) maybe_free(st, it, t);
+  return it;
+}
+
 std::vector<PlanItem> ChunkPlanner::forward(int mb) {
   SCALEOUT_CHECK(!mbs_.count(mb), "forward of a micro-batch already in flight");
   MbState& st = mbs_[mb];
@@ -88,38 +126,7 @@ std::vector<PlanItem> ChunkPlanner::forward(int mb) {
     alloc(st, recv, tape_.input);
     out.push_back(std::move(recv));
   }
-  for (const OpRec& op : tape_.ops) {
-    PlanItem it;
-    it.phase = Phase::forward;
-    it.kernels = op.fwd;
-    it.layer = op.layer;
-    if (op.fwd_workspace_bytes > 0) {
-      it.allocs.push_back({MemCategory::other, op.fwd_workspace_bytes});
-      it.frees.push_back({MemCategory::other, op.fwd_workspace_bytes});
-    }
-    for (int t : op.outputs) {
-      alloc(st, it, t);
-      if (tape_.tensors[t].hold_until_forward_end) st.held[t] = true;
-    }
-    for (int t : op.inputs) --st.uses[t];
-    if (op.region < 0) {
-      for (int t : op.saved) ++st.saved[t];
-    } else {
-      // A checkpointed region keeps only its inputs (non-reentrant torch.utils.checkpoint).
-      auto& keep = st.region_inputs[op.region];
-      for (int t : op.inputs)
-        if (region_input(op, t) && std::find(keep.begin(), keep.end(), t) == keep.end()) {
-          keep.push_back(t);
-          ++st.saved[t];
-        }
-    }
-    // The stage output is sent on; the sender's copy is kept until the send completes, which the
-    // executor accounts as part of the send.
-    for (int t : op.inputs) maybe_free(st, it, t);
-    for (int t : op.outputs)
-      if (t != tape_.output) maybe_free(st, it, t);
-    out.push_back(std::move(it));
-  }
+  for (const OpRec& op : tape_.ops) out.push_back(run_forward_op(st, op, Phase::forward, nullptr));
   // Leaving autocast drops its cache of weight casts; the sent output is released.
   PlanItem end;
   end.phase = Phase::forward;
@@ -140,29 +147,7 @@ void ChunkPlanner::replay(MbState& st, int region, std::vector<PlanItem>& out) c
   for (int i : ops)
     for (int t : tape_.ops[i].inputs) ++st.uses[t];
   std::vector<int> held;
-  for (int i : ops) {
-    const OpRec& op = tape_.ops[i];
-    PlanItem it;
-    it.phase = Phase::recompute;
-    it.kernels = op.fwd;
-    it.layer = op.layer;
-    if (op.fwd_workspace_bytes > 0) {
-      it.allocs.push_back({MemCategory::other, op.fwd_workspace_bytes});
-      it.frees.push_back({MemCategory::other, op.fwd_workspace_bytes});
-    }
-    for (int t : op.outputs) {
-      alloc(st, it, t);
-      if (tape_.tensors[t].hold_until_forward_end) {
-        st.held[t] = true;
-        held.push_back(t);
-      }
-    }
-    for (int t : op.inputs) --st.uses[t];
-    for (int t : op.saved) ++st.saved[t];
-    for (int t : op.inputs) maybe_free(st, it, t);
-    for (int t : op.outputs) maybe_free(st, it, t);
-    out.push_back(std::move(it));
-  }
+  for (int i : ops) out.push_back(run_forward_op(st, tape_.ops[i], Phase::recompute, &held));
   for (int t : held) {
     st.held[t] = false;
     maybe_free(st, out.back(), t);

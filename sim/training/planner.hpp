@@ -60,6 +60,7 @@ class ChunkPlanner {
   void maybe_free(MbState& st, PlanItem& it, int t) const;
   bool region_input(const OpRec& op, int t) const;
   void replay(MbState& st, int region, std::vector<PlanItem>& out) const;
+  PlanItem run_forward_op(MbState& st, const OpRec& op, Phase phase, std::vector<int>* replay_held) const;
 
   const Tape& tape_;
   const TrainingSpec& tr_;
