@@ -1,14 +1,14 @@
 // Sweep files: expansion of grid, zip and list axes into numbered points, strict errors with the
 // JSON path, invalid points as error rows, and results files that resume after a torn write.
-#include <catch2/catch.hpp>
+#include "tools/io/sweep.hpp"
 
+#include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-
-#include "tools/io/sweep.hpp"
 
 using namespace scaleout;
 
@@ -17,7 +17,9 @@ namespace {
 const char* kBase = R"("base": {"model": "gpt3-125m", "cluster": {"gpu": "h100-sxm"},
                                 "training": {"seq_len": 256, "micro_batch": 1}})";
 
-std::string sweep_text(const std::string& axes) { return std::string("{") + kBase + (axes.empty() ? "" : ", " + axes) + "}"; }
+std::string sweep_text(const std::string& axes) {
+  return std::string("{") + kBase + (axes.empty() ? "" : ", " + axes) + "}";
+}
 
 std::string error_of(const std::string& text) {
   try {
@@ -82,12 +84,14 @@ TEST_CASE("zip axes move together; grid x zip x list in nested-loop order", "[io
   REQUIRE(s.size() == 2 * 2 * 2);
   CHECK(point(s, 0) ==
         R"(cluster.gpu="a100-80g"; training.precision="bf16-mixed"; training.optimizer="adamw"; training.seq_len=512)");
-  CHECK(point(s, 1) ==
-        R"(cluster.gpu="a100-80g"; training.precision="bf16-mixed"; training.optimizer="adamw"; training.seq_len=1024; training.micro_batch=2)");
+  CHECK(
+      point(s, 1) ==
+      R"(cluster.gpu="a100-80g"; training.precision="bf16-mixed"; training.optimizer="adamw"; training.seq_len=1024; training.micro_batch=2)");
   CHECK(point(s, 2) ==
         R"(cluster.gpu="a100-80g"; training.precision="bf16"; training.optimizer="adamw-8bit"; training.seq_len=512)");
-  CHECK(point(s, 7) ==
-        R"(cluster.gpu="h100-sxm"; training.precision="bf16"; training.optimizer="adamw-8bit"; training.seq_len=1024; training.micro_batch=2)");
+  CHECK(
+      point(s, 7) ==
+      R"(cluster.gpu="h100-sxm"; training.precision="bf16"; training.optimizer="adamw-8bit"; training.seq_len=1024; training.micro_batch=2)");
   CHECK(s.paths == std::vector<std::string>{"cluster.gpu", "training.precision", "training.optimizer",
                                             "training.seq_len", "training.micro_batch"});
 }
@@ -126,7 +130,8 @@ TEST_CASE("bad sweep files name the file and the JSON path", "[io][sweep]") {
   CHECK(error_of("{\"base\": ").find("sw.json: invalid JSON") == 0);
   std::string thousand = "1";
   for (int i = 1; i < 1000; ++i) thousand += ",1";
-  const std::string big = R"("grid": {"a.a": [)" + thousand + R"(], "a.b": [)" + thousand + R"(], "a.c": [1,2,3,4,5,6,7,8,9,10,11]})";
+  const std::string big =
+      R"("grid": {"a.a": [)" + thousand + R"(], "a.b": [)" + thousand + R"(], "a.c": [1,2,3,4,5,6,7,8,9,10,11]})";
   CHECK(error_of(sweep_text(big)).find("sw.json: /: more than 10000000 points") == 0);
 }
 
@@ -168,9 +173,10 @@ TEST_CASE("each point simulates the base with its overrides; invalid points are 
 }
 
 TEST_CASE("rows round-trip through JSONL, and CSV rows quote what needs it", "[io][sweep]") {
-  const Sweep s = parse_sweep(sweep_text(R"("grid": {"training.micro_batch": [1, 3], "model": [{"base": "gpt3-125m", "layers": 2}]},
+  const Sweep s =
+      parse_sweep(sweep_text(R"("grid": {"training.micro_batch": [1, 3], "model": [{"base": "gpt3-125m", "layers": 2}]},
                                              "list": [{"training.global_batch": 2}])"),
-                              "sw.json");
+                  "sw.json");
   const SweepRow ok = run_sweep_point(s, 0), bad = run_sweep_point(s, 1);
   REQUIRE(ok.result);
   REQUIRE_FALSE(bad.result);
@@ -181,9 +187,11 @@ TEST_CASE("rows round-trip through JSONL, and CSV rows quote what needs it", "[i
     const SweepRow back = parse_jsonl_row(std::string_view(line).substr(0, line.size() - 1), "r.jsonl", "line 1");
     CHECK(jsonl_line(back) == line);
   }
-  CHECK(jsonl_line(ok).rfind(R"({"index":0,"params":{"training.micro_batch":1,"model":{"base":"gpt3-125m","layers":2},)", 0) == 0);
+  CHECK(jsonl_line(ok).rfind(
+            R"({"index":0,"params":{"training.micro_batch":1,"model":{"base":"gpt3-125m","layers":2},)", 0) == 0);
 
   const std::vector<std::string> cols = csv_result_columns(*ok.result);
+  CHECK(std::is_sorted(cols.begin(), cols.end(), result_column_less));
   REQUIRE(cols.size() > 7);
   CHECK(std::vector<std::string>(cols.begin(), cols.begin() + 7) ==
         std::vector<std::string>{"fits", "step_time_s", "tokens_per_s", "mfu", "memory.peak_bytes",
@@ -204,17 +212,20 @@ TEST_CASE("rows round-trip through JSONL, and CSV rows quote what needs it", "[i
 
 TEST_CASE("a results file refuses to overwrite, resumes, and cuts a torn last line", "[io][sweep]") {
   TempDir dir;
-  const Sweep s = parse_sweep(sweep_text(R"("grid": {"training.micro_batch": [1, 2, 4]}, "list": [{"training.global_batch": 4}])"),
-                              "sw.json");
+  const Sweep s = parse_sweep(
+      sweep_text(R"("grid": {"training.micro_batch": [1, 2, 4]}, "list": [{"training.global_batch": 4}])"), "sw.json");
   for (const std::string ext : {"jsonl", "csv"}) {
     const std::string f = dir.file("r." + ext);
     {
       ResultsFile out(f, s, false);
-      CHECK(out.needs_columns() == (ext == "csv"));
-      if (out.needs_columns()) out.set_columns(csv_result_columns(*run_sweep_point(s, 0).result));
-      out.append(out.format_row(run_sweep_point(s, 2)) + out.format_row(run_sweep_point(s, 0)));
-      const std::string torn = out.format_row(run_sweep_point(s, 1));
-      out.append(torn.substr(0, torn.size() / 2));  // a kill in the middle of a write
+      out.append({run_sweep_point(s, 2), run_sweep_point(s, 0)});
+    }
+    {
+      // A kill in the middle of a write.
+      ResultsFile scratch(dir.file("scratch." + ext), s, false);
+      scratch.append({run_sweep_point(s, 1)});
+      const std::string row = read_file(dir.file("scratch." + ext));
+      std::ofstream(f, std::ios::app) << row.substr(row.size() - 40, 20);
     }
     CHECK_THROWS_WITH(ResultsFile(f, s, false), Catch::Contains("already exists; pass --resume"));
     {
@@ -223,18 +234,68 @@ TEST_CASE("a results file refuses to overwrite, resumes, and cuts a torn last li
       CHECK(out.done(0));
       CHECK_FALSE(out.done(1));
       CHECK(out.done(2));
-      CHECK_FALSE(out.needs_columns());
-      out.append(out.format_row(run_sweep_point(s, 1)));
+      out.append({run_sweep_point(s, 1)});
     }
     const std::string text = read_file(f);
     CHECK(std::count(text.begin(), text.end(), '\n') == (ext == "csv" ? 4 : 3));
+    CHECK(text.find("\n\n") == std::string::npos);
     ResultsFile again(f, s, true);
     CHECK(again.done_count() == 3);
 
     // Rows of another sweep are refused.
-    const Sweep other = parse_sweep(sweep_text(R"("grid": {"training.micro_batch": [1, 8, 4]}, "list": [{"training.global_batch": 8}])"),
-                                    "other.json");
+    const Sweep other = parse_sweep(
+        sweep_text(R"("grid": {"training.micro_batch": [1, 8, 4]}, "list": [{"training.global_batch": 8}])"),
+        "other.json");
     CHECK_THROWS_WITH(ResultsFile(f, other, true), Catch::Contains("another sweep"));
   }
   CHECK_THROWS_WITH(ResultsFile(dir.file("r.txt"), s, false), Catch::Contains("ending in .csv or .jsonl"));
+}
+
+TEST_CASE("CSV columns are the union of the rows' result fields, in one order whatever the arrival", "[io][sweep]") {
+  TempDir dir;
+  const Sweep s = parse_sweep(sweep_text(R"("grid": {"training.micro_batch": [1, 2, 3]})"), "sw.json");
+  auto row = [](std::size_t i, Json result) {
+    SweepRow r;
+    r.index = i;
+    r.params["training.micro_batch"] = i + 1;
+    if (result.is_null())
+      r.error = "bad, \"really\"";
+    else
+      r.result = std::move(result);
+    return r;
+  };
+  const SweepRow a = row(0, Json{{"fits", true}, {"zeta", 1}, {"memory", {{"peak_bytes", 5}}}});
+  const SweepRow b = row(1, Json{{"fits", false}, {"alpha", 2}, {"memory", {{"breakdown_bytes", {{"other", 3}}}}}});
+  const SweepRow e = row(2, Json());
+  const std::string one = dir.file("one.csv"), two = dir.file("two.csv");
+  {
+    ResultsFile out(one, s, false);
+    out.append({e});
+    out.append({a});  // widens the header: the error row is rewritten with empty cells
+    out.append({b});
+    CHECK(out.result_columns() ==
+          std::vector<std::string>{"fits", "memory.peak_bytes", "alpha", "memory.breakdown_bytes.other", "zeta"});
+  }
+  {
+    ResultsFile out(two, s, false);
+    out.append({b, a, e});
+  }
+  const std::string text = read_file(one);
+  CHECK(text.substr(0, text.find('\n')) ==
+        "index,training.micro_batch,fits,memory.peak_bytes,alpha,memory.breakdown_bytes.other,zeta,error");
+  CHECK(text.find("\n2,3,,,,,,\"bad, \"\"really\"\"\"\n") != std::string::npos);
+  CHECK(text.find("\n0,1,true,5,,,1,\n") != std::string::npos);
+  CHECK(text.find("\n1,2,false,,2,3,,\n") != std::string::npos);
+  // The same lines, whatever order the rows came in.
+  auto lines = [](std::string t) {
+    std::vector<std::string> v;
+    for (std::size_t p = 0, nl; (nl = t.find('\n', p)) != std::string::npos; p = nl + 1)
+      v.push_back(t.substr(p, nl - p));
+    std::sort(v.begin() + 1, v.end());
+    return v;
+  };
+  CHECK(lines(text) == lines(read_file(two)));
+  CHECK_FALSE(std::filesystem::exists(one + ".tmp"));
+  ResultsFile resumed(one, s, true);
+  CHECK(resumed.done_count() == 3);
 }

@@ -77,30 +77,11 @@ class Tally {
   SweepSummary summary_;
 };
 
-// Writes rows, formatted by the results file, as one durable append.
+// Writes rows as one durable append.
 void write_rows(ResultsFile& out, const std::vector<SweepRow>& rows, Tally& tally) {
-  std::string text;
-  for (const SweepRow& row : rows) {
-    text += out.format_row(row);
-    tally.count(row);
-  }
-  if (!text.empty()) out.append(text);
+  out.append(rows);
+  for (const SweepRow& row : rows) tally.count(row);
   tally.report();
-}
-
-// A CSV header names the result fields, so it waits for the first point that simulates; the points
-// tried on the way are written too. Returns how many pending points it used.
-std::size_t settle_columns(const Sweep& sweep, ResultsFile& out, const std::vector<std::size_t>& pending,
-                           Tally& tally) {
-  if (!out.needs_columns() || pending.empty()) return 0;
-  std::vector<SweepRow> rows;
-  for (const std::size_t index : pending) {
-    rows.push_back(run_sweep_point(sweep, index));
-    if (rows.back().result) break;
-  }
-  out.set_columns(rows.back().result ? csv_result_columns(*rows.back().result) : std::vector<std::string>{});
-  write_rows(out, rows, tally);
-  return rows.size();
 }
 
 // Worker threads simulating queued points; one Simulator per point, nothing shared but the
@@ -121,10 +102,10 @@ class PointPool {
   PointPool(const PointPool&) = delete;
   PointPool& operator=(const PointPool&) = delete;
 
-  void push(const std::vector<std::size_t>& indices, std::size_t from = 0) {
+  void push(const std::vector<std::size_t>& indices) {
     {
       std::lock_guard lock(mutex_);
-      todo_.insert(todo_.end(), indices.begin() + static_cast<std::ptrdiff_t>(from), indices.end());
+      todo_.insert(todo_.end(), indices.begin(), indices.end());
     }
     work_cv_.notify_all();
   }
@@ -200,10 +181,10 @@ SweepSummary finish(Tally& tally, const Prepared& p) {
 SweepSummary run_local(Prepared& p, unsigned jobs, const std::function<void(const SweepProgress&)>& hook) {
   Tally tally(p.pending.size(), hook);
   tally.report();
-  std::size_t written = settle_columns(p.sweep, *p.out, p.pending, tally);
-  if (written < p.pending.size()) {
-    PointPool pool(p.sweep, static_cast<unsigned>(std::min<std::size_t>(jobs, p.pending.size() - written)));
-    pool.push(p.pending, written);
+  std::size_t written = 0;
+  if (!p.pending.empty()) {
+    PointPool pool(p.sweep, static_cast<unsigned>(std::min<std::size_t>(jobs, p.pending.size())));
+    pool.push(p.pending);
     while (written < p.pending.size()) {
       const std::vector<SweepRow> rows = pool.wait_rows();
       write_rows(*p.out, rows, tally);
@@ -270,7 +251,7 @@ class MpiSession {
 SweepSummary coordinate(Prepared& p, int ranks, const std::function<void(const SweepProgress&)>& hook) {
   Tally tally(p.pending.size(), hook);
   tally.report();
-  std::size_t next = settle_columns(p.sweep, *p.out, p.pending, tally);
+  std::size_t next = 0;
   std::vector<std::size_t> outstanding(static_cast<std::size_t>(ranks), 0);
   int active = ranks - 1;
   std::vector<char> buf;
@@ -352,7 +333,8 @@ SweepSummary run_mpi(const SweepOptions& o, const std::function<void(const Sweep
   }
   MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (failure) std::rethrow_exception(failure);
-  if (status != 0) throw InputError("rank " + std::to_string(mpi.rank()) + ": stopped, rank 0 could not start the sweep");
+  if (status != 0)
+    throw InputError("rank " + std::to_string(mpi.rank()) + ": stopped, rank 0 could not start the sweep");
   if (mpi.size() == 1) return run_local(*p, local_jobs(o.jobs), hook);
   if (mpi.rank() != 0) {
     serve(load_sweep(o.sweep), o.jobs > 0 ? static_cast<unsigned>(o.jobs) : 1u);
@@ -388,11 +370,14 @@ class ProgressBar {
     char eta[32] = "--:--";
     if (rate > 0) {
       const auto left = static_cast<long long>(double(p.total - p.done) / rate + 0.5);
-      if (left >= 3600) std::snprintf(eta, sizeof eta, "%lld:%02lld:%02lld", left / 3600, left / 60 % 60, left % 60);
-      else std::snprintf(eta, sizeof eta, "%lld:%02lld", left / 60, left % 60);
+      if (left >= 3600)
+        std::snprintf(eta, sizeof eta, "%lld:%02lld:%02lld", left / 3600, left / 60 % 60, left % 60);
+      else
+        std::snprintf(eta, sizeof eta, "%lld:%02lld", left / 60, left % 60);
     }
-    std::fprintf(stderr, "\r[%s%s] %zu/%zu %5.1f%%  %.1f points/s  ETA %s   ", std::string(std::size_t(filled), '#').c_str(),
-                 std::string(std::size_t(kWidth - filled), '.').c_str(), p.done, p.total, 100 * frac, rate, eta);
+    std::fprintf(stderr, "\r[%s%s] %zu/%zu %5.1f%%  %.1f points/s  ETA %s   ",
+                 std::string(std::size_t(filled), '#').c_str(), std::string(std::size_t(kWidth - filled), '.').c_str(),
+                 p.done, p.total, 100 * frac, rate, eta);
     if (p.done == p.total) std::fputc('\n', stderr);
     std::fflush(stderr);
   }
@@ -403,8 +388,7 @@ class ProgressBar {
 };
 
 std::string sweep_footer() {
-  std::string s =
-      "\nSweep file fields (unknown keys are errors):\n";
+  std::string s = "\nSweep file fields (unknown keys are errors):\n";
   for (const auto& f : kSweepFields) {
     char line[256];
     std::snprintf(line, sizeof line, "  %-12.*s %-28.*s %.*s\n", int(f.name.size()), f.name.data(), int(f.type.size()),
@@ -428,7 +412,8 @@ SweepSummary run_sweep(const SweepOptions& o, const std::function<void(const Swe
 
 void register_sweep_command(CLI::App& app) {
   auto o = std::make_shared<SweepOptions>();
-  CLI::App* cmd = app.add_subcommand("sweep", "Simulate every point of a sweep file into a results file (.csv or .jsonl)");
+  CLI::App* cmd =
+      app.add_subcommand("sweep", "Simulate every point of a sweep file into a results file (.csv or .jsonl)");
   cmd->add_option("sweep", o->sweep, "Sweep file (JSON)")->required();
   cmd->add_option("-o,--out", o->out, "Results file: .csv (one row per point) or .jsonl (one object per line)")
       ->required();

@@ -2,11 +2,10 @@
 // `scaleout sweep`: every point of a sweep file simulated by a pool of worker threads, or by the
 // ranks of an MPI job (rank 0 hands out points and writes the one results file), each row appended
 // and made durable as it finishes, in completion order.
+#include <CLI/CLI.hpp>
 #include <cstddef>
 #include <functional>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 namespace scaleout {
 

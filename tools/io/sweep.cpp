@@ -45,7 +45,7 @@ std::string normalize_path(const std::string& key, const std::string& file, cons
 // Which section swept each path first, so that two sections cannot fight over one path.
 class PathClaims {
  public:
-  PathClaims(Sweep& s) : s_(s) {}
+  explicit PathClaims(Sweep& s) : s_(s) {}
   void claim(const std::string& path, const std::string& where) {
     const auto [it, fresh] = owner_.emplace(path, where);
     if (!fresh) throw InputError(s_.file, where, "\"" + path + "\" is already swept by " + it->second);
@@ -80,18 +80,19 @@ SweepAxis read_axis(const std::string& key, const OrderedJson& values, const std
 
 SweepZip read_zip(const OrderedJson& group, const std::string& file, const std::string& where, PathClaims& claims) {
   if (!group.is_object() || group.empty())
-    throw InputError(file, where, "expected an object of equal-length arrays {path: [values]}, got " +
-                                      describe_value(group));
+    throw InputError(file, where,
+                     "expected an object of equal-length arrays {path: [values]}, got " + describe_value(group));
   SweepZip zip;
   std::string first;
   for (const auto& [key, values] : group.items()) {
     const std::string w = where + "/" + key;
     zip.axes.push_back(read_axis(key, values, file, w, claims));
-    if (first.empty()) first = w;
+    if (first.empty())
+      first = w;
     else if (zip.axes.back().values.size() != zip.axes.front().values.size())
-      throw InputError(file, w, "has " + std::to_string(zip.axes.back().values.size()) + " values but " + first +
-                                    " has " + std::to_string(zip.axes.front().values.size()) +
-                                    " (zipped axes move together)");
+      throw InputError(file, w,
+                       "has " + std::to_string(zip.axes.back().values.size()) + " values but " + first + " has " +
+                           std::to_string(zip.axes.front().values.size()) + " (zipped axes move together)");
   }
   return zip;
 }
@@ -119,6 +120,7 @@ std::size_t Sweep::size() const {
 }
 
 SweepAssignment Sweep::params(std::size_t index) const {
+  SCALEOUT_CHECK(index < size(), "a point index within the sweep");
   const std::vector<std::size_t> r = radices(*this);
   std::vector<std::size_t> digit(r.size());
   for (std::size_t k = r.size(); k-- > 0;) {
@@ -153,9 +155,8 @@ Sweep parse_sweep(const std::string& text, const std::string& file) {
   s.description = r.string_or("description", "");
   if (r.has("comment")) {
     const Json& c = r.raw("comment");
-    const bool ok = c.is_string() || (c.is_array() && std::all_of(c.begin(), c.end(), [](const Json& x) {
-                                        return x.is_string();
-                                      }));
+    const bool ok =
+        c.is_string() || (c.is_array() && std::all_of(c.begin(), c.end(), [](const Json& x) { return x.is_string(); }));
     if (!ok) r.fail("comment", "expected a string or an array of strings, got " + describe(c));
   } else {
     r.ignore("comment");
@@ -163,9 +164,10 @@ Sweep parse_sweep(const std::string& text, const std::string& file) {
 
   const Json& base = r.raw("base");
   if (base.is_string()) {
-    const fs::path p = fs::path(file).parent_path() / base.get<std::string>();
+    const fs::path p = (fs::path(file).parent_path() / base.get<std::string>()).lexically_normal();
     if (!fs::is_regular_file(p))
-      r.fail("base", "cannot open the scenario file \"" + p.string() + "\" (a base file is relative to the sweep file)");
+      r.fail("base",
+             "cannot open the scenario file \"" + p.string() + "\" (a base file is relative to the sweep file)");
     s.base = load_json_file(p.string());
     s.base_file = p.string();
     if (!s.base.is_object()) throw InputError(s.base_file, "", "expected a scenario object, got " + describe(s.base));
@@ -189,7 +191,8 @@ Sweep parse_sweep(const std::string& text, const std::string& file) {
     const OrderedJson& z = oj["zip"];
     if (z.is_array()) {
       if (z.empty()) r.fail("zip", "expected a zip group or a non-empty array of them, got []");
-      for (std::size_t i = 0; i < z.size(); ++i) s.zips.push_back(read_zip(z[i], file, "/zip/" + std::to_string(i), claims));
+      for (std::size_t i = 0; i < z.size(); ++i)
+        s.zips.push_back(read_zip(z[i], file, "/zip/" + std::to_string(i), claims));
     } else {
       s.zips.push_back(read_zip(z, file, "/zip", claims));
     }
@@ -200,10 +203,12 @@ Sweep parse_sweep(const std::string& text, const std::string& file) {
   if (r.has("list")) {
     r.ignore("list");
     const OrderedJson& l = oj["list"];
-    if (!l.is_array() || l.empty()) r.fail("list", "expected a non-empty array of objects {path: value}, got " + describe(j["list"]));
+    if (!l.is_array() || l.empty())
+      r.fail("list", "expected a non-empty array of objects {path: value}, got " + describe(j["list"]));
     for (std::size_t i = 0; i < l.size(); ++i) {
       const std::string where = "/list/" + std::to_string(i);
-      if (!l[i].is_object()) throw InputError(file, where, "expected an object {path: value}, got " + describe_value(l[i]));
+      if (!l[i].is_object())
+        throw InputError(file, where, "expected an object {path: value}, got " + describe_value(l[i]));
       OrderedJson entry = OrderedJson::object();
       for (const auto& [key, value] : l[i].items()) {
         const std::string path = normalize_path(key, file, where + "/" + key);
@@ -258,7 +263,7 @@ SweepRow run_sweep_point(const Sweep& sweep, std::size_t index) {
     const std::string prefix = sweep.file + ": /";
     if (sweep.inline_base && row.error.rfind(prefix, 0) == 0) {
       const std::string rest = row.error.substr(prefix.size());
-      row.error = sweep.file + ": /base" + (rest.front() == ':' ? "" : "/") + rest;
+      row.error = sweep.file + ": /base" + (!rest.empty() && rest.front() == ':' ? "" : "/") + rest;
     }
   } catch (const std::exception& e) {
     // A broken invariant on one point should not lose the others; the command reports it (exit 1).
@@ -271,8 +276,10 @@ SweepRow run_sweep_point(const Sweep& sweep, std::size_t index) {
 std::string jsonl_line(const SweepRow& row) {
   constexpr auto replace = Json::error_handler_t::replace;
   std::string s = "{\"index\":" + std::to_string(row.index) + ",\"params\":" + row.params.dump(-1, ' ', false, replace);
-  if (row.result) s += ",\"result\":" + row.result->dump(-1, ' ', false, replace);
-  else s += ",\"error\":" + Json(row.error).dump(-1, ' ', false, replace);
+  if (row.result)
+    s += ",\"result\":" + row.result->dump(-1, ' ', false, replace);
+  else
+    s += ",\"error\":" + Json(row.error).dump(-1, ' ', false, replace);
   s += "}\n";
   return s;
 }
@@ -284,7 +291,8 @@ SweepRow parse_jsonl_row(std::string_view line, const std::string& file, const s
   if (!o.contains("index") || !o["index"].is_number_unsigned())
     throw InputError(file, where + "/index", "expected a point index");
   row.index = o["index"].get<std::size_t>();
-  if (!o.contains("params") || !o["params"].is_object()) throw InputError(file, where + "/params", "expected an object");
+  if (!o.contains("params") || !o["params"].is_object())
+    throw InputError(file, where + "/params", "expected an object");
   row.params = o["params"];
   const bool has_result = o.contains("result"), has_error = o.contains("error");
   if (has_result == has_error) throw InputError(file, where, "expected either \"result\" or \"error\"");
@@ -307,7 +315,8 @@ namespace {
 template <class J>
 void flatten(const J& j, const std::string& prefix, std::vector<std::pair<std::string, const J*>>& out) {
   if (j.is_object() && !j.empty()) {
-    for (auto it = j.begin(); it != j.end(); ++it) flatten(*it, prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+    for (auto it = j.begin(); it != j.end(); ++it)
+      flatten(*it, prefix.empty() ? it.key() : prefix + "." + it.key(), out);
   } else {
     out.emplace_back(prefix, &j);
   }
@@ -317,8 +326,10 @@ template <class J>
 std::string cell(const J& v) {
   std::string s;
   if (v.is_null()) return s;
-  if (v.is_string()) s = v.template get<std::string>();
-  else s = v.dump(-1, ' ', false, J::error_handler_t::replace);
+  if (v.is_string())
+    s = v.template get<std::string>();
+  else
+    s = v.dump(-1, ' ', false, J::error_handler_t::replace);
   for (char& c : s)
     if (c == '\n' || c == '\r') c = ' ';  // one row, one line: resume reads line by line
   return s;
@@ -334,8 +345,31 @@ std::string quote(const std::string& s) {
   return q + "\"";
 }
 
-constexpr const char* kHeadline[] = {"fits",          "step_time_s",           "tokens_per_s",          "mfu",
-                                     "memory.peak_bytes", "memory.required_bytes", "memory.capacity_bytes"};
+const std::string kHeadline[] = {"fits",
+                                 "step_time_s",
+                                 "tokens_per_s",
+                                 "mfu",
+                                 "memory.peak_bytes",
+                                 "memory.required_bytes",
+                                 "memory.capacity_bytes"};
+
+// One write(2) (repeated only when the kernel writes part of it), then fdatasync.
+void write_durably(int fd, const std::string& file, const std::string& text) {
+  std::size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw InputError(file + ": write failed: " + std::strerror(errno));
+    off += static_cast<std::size_t>(n);
+  }
+  if (::fdatasync(fd) != 0 && errno != EINVAL) throw InputError(file + ": fdatasync failed: " + std::strerror(errno));
+}
+
+std::string join_csv(const std::vector<std::string>& cells) {
+  std::string s;
+  for (std::size_t i = 0; i < cells.size(); ++i) s += (i ? "," : "") + quote(cells[i]);
+  return s + "\n";
+}
 
 std::vector<std::string> param_cells(const Sweep& sweep, const OrderedJson& params) {
   std::vector<std::string> out;
@@ -345,28 +379,45 @@ std::vector<std::string> param_cells(const Sweep& sweep, const OrderedJson& para
 
 }  // namespace
 
+bool result_column_less(const std::string& a, const std::string& b) {
+  const auto rank = [](const std::string& c) {
+    return std::size_t(std::find(std::begin(kHeadline), std::end(kHeadline), c) - std::begin(kHeadline));
+  };
+  if (rank(a) != rank(b)) return rank(a) < rank(b);
+  // The key order of nested JSON objects: component by component.
+  const auto parts = [](const std::string& c) {
+    std::vector<std::string_view> v;
+    for (std::size_t pos = 0;;) {
+      const std::size_t dot = c.find('.', pos);
+      v.emplace_back(std::string_view(c).substr(pos, dot == std::string::npos ? std::string::npos : dot - pos));
+      if (dot == std::string::npos) return v;
+      pos = dot + 1;
+    }
+  };
+  const auto pa = parts(a), pb = parts(b);
+  return std::lexicographical_compare(pa.begin(), pa.end(), pb.begin(), pb.end());
+}
+
 std::vector<std::string> csv_result_columns(const Json& result) {
   std::vector<std::pair<std::string, const Json*>> leaves;
   flatten(result, "", leaves);
   std::vector<std::string> cols;
-  for (const char* h : kHeadline)
-    for (const auto& [k, v] : leaves)
-      if (k == h) cols.push_back(k);
-  for (const auto& [k, v] : leaves)
-    if (std::find(cols.begin(), cols.end(), k) == cols.end()) cols.push_back(k);
+  for (const auto& [k, v] : leaves) cols.push_back(k);
+  std::sort(cols.begin(), cols.end(), result_column_less);
   return cols;
 }
 
 std::string csv_header(const Sweep& sweep, const std::vector<std::string>& result_columns) {
-  std::string s = "index";
-  for (const auto& p : sweep.paths) s += "," + quote(p);
-  for (const auto& c : result_columns) s += "," + quote(c);
-  return s + ",error\n";
+  std::vector<std::string> cells{"index"};
+  cells.insert(cells.end(), sweep.paths.begin(), sweep.paths.end());
+  cells.insert(cells.end(), result_columns.begin(), result_columns.end());
+  cells.emplace_back("error");
+  return join_csv(cells);
 }
 
 std::string csv_line(const Sweep& sweep, const std::vector<std::string>& result_columns, const SweepRow& row) {
-  std::string s = std::to_string(row.index);
-  for (const auto& c : param_cells(sweep, row.params)) s += "," + quote(c);
+  std::vector<std::string> cells{std::to_string(row.index)};
+  for (auto& c : param_cells(sweep, row.params)) cells.push_back(std::move(c));
   std::unordered_map<std::string, std::string> values;
   if (row.result) {
     std::vector<std::pair<std::string, const Json*>> leaves;
@@ -375,9 +426,10 @@ std::string csv_line(const Sweep& sweep, const std::vector<std::string>& result_
   }
   for (const auto& c : result_columns) {
     const auto it = values.find(c);
-    s += "," + (it == values.end() ? std::string() : quote(it->second));
+    cells.push_back(it == values.end() ? std::string() : it->second);
   }
-  return s + "," + quote(cell(Json(row.error))) + "\n";
+  cells.push_back(cell(Json(row.error)));
+  return join_csv(cells);
 }
 
 std::vector<std::string> split_csv_line(std::string_view line) {
@@ -463,18 +515,20 @@ void ResultsFile::read_existing() {
       const SweepRow row = parse_jsonl_row(line, file_, where);
       index = row.index;
       if (index >= done_.size() || row.params != params_object(sweep_, index))
-        throw InputError(file_, where, "point " + std::to_string(index) +
-                                           " is not this sweep's (was the file written by another sweep?)");
-    } else if (!has_columns_) {
+        throw InputError(
+            file_, where,
+            "point " + std::to_string(index) + " is not this sweep's (was the file written by another sweep?)");
+    } else if (!has_header_) {
       const std::vector<std::string> h = split_csv_line(line);
       const std::vector<std::string> head = split_csv_line(csv_header(sweep_, {}));
       bool ok = h.size() >= fixed + 1 && h.back() == "error";
       for (std::size_t i = 0; ok && i < fixed; ++i) ok = h[i] == head[i];
       if (!ok)
-        throw InputError(file_, where, "the header is not this sweep's (expected index, the swept paths, the result "
-                                       "fields, error; was the file written by another sweep?)");
+        throw InputError(file_, where,
+                         "the header is not this sweep's (expected index, the swept paths, the result "
+                         "fields, error; was the file written by another sweep?)");
       columns_.assign(h.begin() + static_cast<std::ptrdiff_t>(fixed), h.end() - 1);
-      has_columns_ = true;
+      has_header_ = true;
       continue;
     } else {
       const std::vector<std::string> f = split_csv_line(line);
@@ -485,8 +539,7 @@ void ResultsFile::read_existing() {
         const std::vector<std::string> expect = param_cells(sweep_, params_object(sweep_, index));
         for (std::size_t i = 0; ok && i < expect.size(); ++i) ok = f[1 + i] == expect[i];
       }
-      if (!ok)
-        throw InputError(file_, where, "not a row of this sweep (was the file written by another sweep?)");
+      if (!ok) throw InputError(file_, where, "not a row of this sweep (was the file written by another sweep?)");
     }
     if (!done_[index]) {
       done_[index] = true;
@@ -495,28 +548,71 @@ void ResultsFile::read_existing() {
   }
 }
 
-void ResultsFile::set_columns(std::vector<std::string> result_columns) {
-  SCALEOUT_CHECK(format_ == ResultsFormat::csv && !has_columns_, "CSV columns are set once");
-  columns_ = std::move(result_columns);
-  has_columns_ = true;
-  append(csv_header(sweep_, columns_));
-}
-
-std::string ResultsFile::format_row(const SweepRow& row) const {
-  if (format_ == ResultsFormat::jsonl) return jsonl_line(row);
-  SCALEOUT_CHECK(has_columns_, "CSV rows need their columns first");
-  return csv_line(sweep_, columns_, row);
-}
-
-void ResultsFile::append(const std::string& lines) {
-  std::size_t off = 0;
-  while (off < lines.size()) {
-    const ssize_t n = ::write(fd_, lines.data() + off, lines.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw InputError(file_ + ": write failed: " + std::strerror(errno));
-    off += static_cast<std::size_t>(n);
+void ResultsFile::append(const std::vector<SweepRow>& rows) {
+  std::string text;
+  if (format_ == ResultsFormat::csv) {
+    std::vector<std::string> columns = columns_;
+    for (const SweepRow& row : rows)
+      if (row.result)
+        for (auto& c : csv_result_columns(*row.result))
+          if (std::find(columns.begin(), columns.end(), c) == columns.end()) columns.push_back(std::move(c));
+    std::sort(columns.begin(), columns.end(), result_column_less);
+    if (!has_header_) {
+      columns_ = std::move(columns);
+      text = csv_header(sweep_, columns_);
+      has_header_ = true;
+    } else if (columns != columns_) {
+      rewrite_with_columns(std::move(columns));
+    }
   }
-  if (::fdatasync(fd_) != 0 && errno != EINVAL) throw InputError(file_ + ": fdatasync failed: " + std::strerror(errno));
+  for (const SweepRow& row : rows)
+    text += format_ == ResultsFormat::jsonl ? jsonl_line(row) : csv_line(sweep_, columns_, row);
+  write_all(text);
+}
+
+void ResultsFile::write_all(const std::string& text) { write_durably(fd_, file_, text); }
+
+void ResultsFile::rewrite_with_columns(std::vector<std::string> columns) {
+  std::string text;
+  {
+    std::ifstream in(file_, std::ios::binary);
+    std::ostringstream os;
+    os << in.rdbuf();
+    text = os.str();
+  }
+  const std::size_t fixed = 1 + sweep_.paths.size();
+  std::string out = csv_header(sweep_, columns);
+  std::size_t pos = text.find('\n');
+  SCALEOUT_CHECK(pos != std::string::npos, "a CSV results file with rows starts with its header");
+  for (++pos; pos < text.size();) {
+    const std::size_t nl = text.find('\n', pos);
+    const std::vector<std::string> f = split_csv_line(std::string_view(text).substr(pos, nl - pos));
+    pos = nl + 1;
+    SCALEOUT_CHECK(f.size() == fixed + columns_.size() + 1, "rows of a results file match its header");
+    std::vector<std::string> cells(f.begin(), f.begin() + static_cast<std::ptrdiff_t>(fixed));
+    for (const auto& c : columns) {
+      const auto it = std::find(columns_.begin(), columns_.end(), c);
+      cells.push_back(it == columns_.end() ? std::string() : f[fixed + std::size_t(it - columns_.begin())]);
+    }
+    cells.push_back(f.back());
+    out += join_csv(cells);
+  }
+  const std::string tmp = file_ + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw InputError(tmp + ": cannot open for writing: " + std::strerror(errno));
+  try {
+    write_durably(fd, tmp, out);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  if (std::rename(tmp.c_str(), file_.c_str()) != 0)
+    throw InputError(file_ + ": cannot replace it with " + tmp + ": " + std::strerror(errno));
+  ::close(fd_);
+  fd_ = ::open(file_.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
+  if (fd_ < 0) throw InputError(file_ + ": cannot reopen: " + std::strerror(errno));
+  columns_ = std::move(columns);
 }
 
 }  // namespace scaleout

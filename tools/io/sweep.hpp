@@ -11,6 +11,10 @@
 // point are applied to the base JSON in that same order through apply_override (the `--set` of
 // `scaleout run`), so any scenario path can be swept and a list entry may refine ("model.layers")
 // what a grid axis set ("model"); the same path may not be swept by two sections.
+//
+// Rows. A row depends only on the sweep and its index, so rows arrive in completion order and the
+// files of two runs (any --jobs, --shard, MPI ranks, or a kill and --resume) are identical once
+// their rows are sorted by index (the CSV header staying first).
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -58,7 +62,7 @@ struct Sweep {
   bool inline_base = false;
   std::vector<SweepAxis> grid;
   std::vector<SweepZip> zips;
-  std::vector<OrderedJson> list;    // objects: path -> value
+  std::vector<OrderedJson> list;   // objects: path -> value
   std::vector<std::string> paths;  // every swept path, in order of first appearance (the CSV columns)
 
   std::size_t size() const;
@@ -88,8 +92,11 @@ std::string jsonl_line(const SweepRow& row);
 SweepRow parse_jsonl_row(std::string_view line, const std::string& file, const std::string& where);
 
 // CSV: index, every swept path, the flattened result fields (dotted), error. The result columns
-// come from one result: the headline fields first, then every other leaf in key order.
-std::vector<std::string> csv_result_columns(const Json& result);
+// are the union over the rows, in one canonical order whatever order the rows came in: the
+// headline fields (fits, step_time_s, tokens_per_s, mfu, memory.peak_bytes, ...) first, then the
+// others in the key order of the result object.
+bool result_column_less(const std::string& a, const std::string& b);
+std::vector<std::string> csv_result_columns(const Json& result);  // of one result, in that order
 std::string csv_header(const Sweep& sweep, const std::vector<std::string>& result_columns);
 std::string csv_line(const Sweep& sweep, const std::vector<std::string>& result_columns, const SweepRow& row);
 // Splits one CSV line (RFC 4180 quoting, no embedded newlines: csv_line never writes any).
@@ -114,20 +121,22 @@ class ResultsFile {
   ResultsFormat format() const { return format_; }
   bool done(std::size_t index) const { return index < done_.size() && done_[index]; }
   std::size_t done_count() const { return done_count_; }
-  // A CSV file needs its result columns before the first row; JSONL never does.
-  bool needs_columns() const { return format_ == ResultsFormat::csv && !has_columns_; }
-  void set_columns(std::vector<std::string> result_columns);  // writes the CSV header
+  const std::vector<std::string>& result_columns() const { return columns_; }
 
-  std::string format_row(const SweepRow& row) const;
-  void append(const std::string& lines);
+  // Appends the rows. A CSV row with a result field that no earlier row had widens the header:
+  // the file is rewritten with the new column (to a temporary renamed over it, so a kill leaves
+  // the old file or the new one), the earlier rows leaving it empty.
+  void append(const std::vector<SweepRow>& rows);
 
  private:
   void read_existing();
+  void write_all(const std::string& text);
+  void rewrite_with_columns(std::vector<std::string> columns);
   std::string file_;
   const Sweep& sweep_;
   ResultsFormat format_;
   int fd_ = -1;
-  bool has_columns_ = false;
+  bool has_header_ = false;  // CSV: the first line is written
   std::vector<std::string> columns_;
   std::vector<bool> done_;
   std::size_t done_count_ = 0;
