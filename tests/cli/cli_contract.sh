@@ -4,23 +4,7 @@
 set -u
 bin=$1
 src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-expect() {  # expect CODE PATTERN -- command...
-  local code=$1 pattern=$2
-  shift 3
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" != "$code" ]; then
-    echo "FAIL: '$*' exited $rc, expected $code: $out"
-    fail=1
-  elif ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL: '$*' output does not match /$pattern/: $out"
-    fail=1
-  fi
-}
+source "$(dirname "$0")/lib/expect.sh"
 scenario=$src/scenarios/llama2-7b-finetune-h100.json
 expect 0 "verdict" -- "$bin" run "$scenario"
 expect 0 '"fits"' -- "$bin" run "$scenario" --format json

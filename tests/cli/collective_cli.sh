@@ -4,23 +4,7 @@
 set -u
 bin=$1
 src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-expect() {  # expect CODE PATTERN -- command...
-  local code=$1 pattern=$2
-  shift 3
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" != "$code" ]; then
-    echo "FAIL: '$*' exited $rc, expected $code: $out"
-    fail=1
-  elif ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL: '$*' output does not match /$pattern/: $out"
-    fail=1
-  fi
-}
+source "$(dirname "$0")/lib/expect.sh"
 export SCALEOUT_DATA=$src
 expect 0 "busbw" -- "$bin" collective --cluster dgx-a100 --op allreduce --sizes 8B:1MiB
 expect 0 "ring +Simple" -- "$bin" collective --cluster dgx-h100 --op all_gather --ranks 0-7 --sizes 1GiB

@@ -5,23 +5,7 @@
 set -u
 bin=$1
 src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-expect() {  # expect CODE PATTERN -- command...
-  local code=$1 pattern=$2
-  shift 3
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" != "$code" ]; then
-    echo "FAIL: '$*' exited $rc, expected $code: $out"
-    fail=1
-  elif ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL: '$*' output does not match /$pattern/: $out"
-    fail=1
-  fi
-}
+source "$(dirname "$0")/lib/expect.sh"
 sorted() { { head -n 1 "$1"; tail -n +2 "$1" | sort -t, -k1,1n; }; }
 sorted_jsonl() { sort -t: -k2,2n "$1"; }
 
