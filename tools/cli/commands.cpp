@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "tools/cli/calibrate.hpp"
+#include "tools/cli/plan.hpp"
 #include "tools/cli/collective.hpp"
 #include "tools/cli/sweep.hpp"
 #include "tools/cli/validate.hpp"
@@ -112,6 +113,7 @@ void register_commands(CLI::App& app) {
   calibrate->require_subcommand(1);
   register_sweep_command(app);
   register_collective_command(app);
+  register_plan_command(app);
 }
 
 }  // namespace scaleout
