@@ -25,7 +25,7 @@ constexpr std::array kBandwidth = {Unit{"B/s", 1},     Unit{"KB/s", 1e3},  Unit{
 constexpr std::array kFlops = {Unit{"FLOPS", 1}, Unit{"GFLOPS", 1e9}, Unit{"TFLOPS", 1e12}, Unit{"PFLOPS", 1e15},
                                Unit{"TOPS", 1e12}, Unit{"POPS", 1e15}, Unit{"GOPS", 1e9}};
 constexpr std::array kTime = {Unit{"s", 1}, Unit{"ms", 1e-3}, Unit{"us", 1e-6}, Unit{"ns", 1e-9}, Unit{"ps", 1e-12},
-                              Unit{"min", 60}, Unit{"h", 3600}};
+                              Unit{"min", 60}, Unit{"h", 3600}, Unit{"d", 86400}};
 constexpr std::array kFreq = {Unit{"Hz", 1}, Unit{"kHz", 1e3}, Unit{"MHz", 1e6}, Unit{"GHz", 1e9}};
 constexpr std::array kPower = {Unit{"W", 1}, Unit{"kW", 1e3}};
 
