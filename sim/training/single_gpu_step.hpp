@@ -53,6 +53,7 @@ struct StepResult {
   int busiest_rank = 0;
   double params_total = 0, params_trainable = 0;
   std::int64_t micro_batches = 1;
+  std::int64_t extrapolated_from = 0;  // > 0: simulated over this many micro-batches and extended linearly
   std::uint64_t kernels = 0;
   std::uint64_t events = 0;
   std::uint64_t fingerprint = 0;  // FNV-1a over every task's start and finish, in task order

@@ -144,7 +144,7 @@ std::vector<Work> schedule_for(const ParallelPlan& p, std::int64_t stage, std::i
 
 }  // namespace
 
-StepResult simulate_step(const StepConfig& cfg) {
+StepResult simulate_step_exact(const StepConfig& cfg) {
   const TrainingSpec& tr = cfg.training;
   const ParallelPlan& par = cfg.parallel;
   StepResult res;
@@ -563,6 +563,85 @@ StepResult simulate_step(const StepConfig& cfg) {
     res.memory_timeline = ranks[0].mem.timeline();
   }
   return res;
+}
+
+namespace {
+
+std::int64_t micro_batches_of(const StepConfig& cfg) {
+  return std::max<std::int64_t>(1, cfg.training.global_batch /
+                                       std::max<std::int64_t>(1, cfg.training.micro_batch * cfg.parallel.dp));
+}
+
+// The two window sizes a long step is extrapolated from: m1 and 2*m1 micro-batches, past the
+// pipeline's warm-up and a multiple of pp for the interleaved schedule.
+std::int64_t window_of(const StepConfig& cfg) {
+  const ParallelPlan& p = cfg.parallel;
+  const std::int64_t unit = p.schedule == PipelineSchedule::interleaved ? std::max<std::int64_t>(1, p.pp) : 1;
+  const std::int64_t want = std::max<std::int64_t>(2 * p.pp, 16);
+  return (want + unit - 1) / unit * unit;
+}
+
+constexpr std::int64_t kExactMicroBatches = 512;
+
+}  // namespace
+
+std::int64_t simulated_micro_batches(const StepConfig& cfg) {
+  const std::int64_t m = micro_batches_of(cfg);
+  const std::int64_t w = window_of(cfg);
+  return m <= kExactMicroBatches || m <= 2 * w ? m : 2 * w;
+}
+
+StepResult simulate_step(const StepConfig& cfg) {
+  const std::int64_t m = micro_batches_of(cfg);
+  const std::int64_t w = window_of(cfg);
+  if (m <= kExactMicroBatches || m <= 2 * w) return simulate_step_exact(cfg);
+  // Gradient accumulation over many micro-batches repeats the same steady-state period: every
+  // micro-batch past the pipeline's warm-up adds the same work, the same traffic and (under
+  // GPipe, which keeps every micro-batch's activations) the same memory. Simulate w and 2w
+  // micro-batches and extend the difference linearly to m, instead of building m of them.
+  auto with = [&](std::int64_t mbs) {
+    StepConfig c = cfg;
+    c.training.global_batch = mbs * std::max<std::int64_t>(1, cfg.training.micro_batch * cfg.parallel.dp);
+    return simulate_step_exact(c);
+  };
+  const StepResult a = with(w);
+  StepResult r = with(2 * w);
+  const double k = double(m - 2 * w) / double(w);
+  auto ext = [k](double& field, double at_w) { field += k * (field - at_w); };
+  ext(r.step_time_s, a.step_time_s);
+  ext(r.compute_s, a.compute_s);
+  ext(r.recompute_s, a.recompute_s);
+  ext(r.optimizer_s, a.optimizer_s);
+  ext(r.host_stall_s, a.host_stall_s);
+  ext(r.exposed_comm_s, a.exposed_comm_s);
+  ext(r.pipeline_bubble_s, a.pipeline_bubble_s);
+  ext(r.tp_comm_s, a.tp_comm_s);
+  ext(r.dp_comm_exposed_s, a.dp_comm_exposed_s);
+  ext(r.pp_comm_s, a.pp_comm_s);
+  ext(r.cp_comm_s, a.cp_comm_s);
+  ext(r.ep_comm_s, a.ep_comm_s);
+  ext(r.dp_comm_total_s, a.dp_comm_total_s);
+  ext(r.peak_bytes, a.peak_bytes);
+  for (std::size_t i = 0; i < r.peak_breakdown.size(); ++i) ext(r.peak_breakdown[i], a.peak_breakdown[i]);
+  for (std::size_t i = 0; i < r.rank_peak_bytes.size() && i < a.rank_peak_bytes.size(); ++i)
+    ext(r.rank_peak_bytes[i], a.rank_peak_bytes[i]);
+  double kernels = double(r.kernels), events = double(r.events);
+  ext(kernels, double(a.kernels));
+  ext(events, double(a.events));
+  r.kernels = std::uint64_t(std::llround(kernels));
+  r.events = std::uint64_t(std::llround(events));
+  r.micro_batches = m;
+  r.extrapolated_from = 2 * w;
+  r.required_bytes = r.peak_bytes * (1.0 + cfg.fragmentation) + cfg.context_reserve_bytes;
+  r.fits = r.required_bytes <= r.capacity_bytes;
+  const double tokens = double(cfg.training.global_batch) * double(cfg.training.seq_len);
+  r.tokens_per_s = r.step_time_s > 0 ? tokens / r.step_time_s : 0;
+  r.model_flops_per_step = model_flops(cfg.model, tokens, cfg.training.seq_len);
+  const double gpus = double(cfg.parallel.gpus());
+  r.model_tflops_per_gpu = r.step_time_s > 0 ? r.model_flops_per_step / r.step_time_s / gpus / 1e12 : 0;
+  const double peak = cfg.gpu.peak(Dtype::bf16).value > 0 ? cfg.gpu.peak(Dtype::bf16).value : cfg.gpu.peak(Dtype::fp16).value;
+  r.mfu = peak > 0 ? r.model_tflops_per_gpu * 1e12 / peak : 0;
+  return r;
 }
 
 }  // namespace scaleout

@@ -9,7 +9,13 @@
 
 namespace scaleout {
 
+// Steps of more than 512 micro-batches (and past the pipeline's warm-up) are simulated over two
+// shorter windows and extended linearly (StepResult::extrapolated_from says so).
 StepResult simulate_step(const StepConfig& config);
+// Every micro-batch, however many.
+StepResult simulate_step_exact(const StepConfig& config);
+// How many micro-batches simulate_step builds for this configuration (the larger window).
+std::int64_t simulated_micro_batches(const StepConfig& config);
 
 // Seconds of one collective of `bytes` over `group` for the representative rank of `stage`.
 double collective_time(const StepConfig& config, CollectiveKind kind, CommGroup group, double bytes, std::int64_t stage = 0);

@@ -152,3 +152,31 @@ TEST_CASE("offloading ZeRO-3 parameters frees their GPU memory and costs PCIe ti
   CHECK(off.peak_breakdown[0] < 0.01 * on_gpu.peak_breakdown[0] + 1);
   CHECK(off.dp_comm_total_s > on_gpu.dp_comm_total_s);
 }
+
+TEST_CASE("long accumulation is extrapolated from two windows and agrees with the exact simulation", "[parallel][extrapolate]") {
+  struct Case {
+    std::int64_t pp;
+    PipelineSchedule sched;
+    std::int64_t v;
+  };
+  for (const Case& k : {Case{1, PipelineSchedule::one_f_one_b, 1}, Case{4, PipelineSchedule::one_f_one_b, 1},
+                        Case{4, PipelineSchedule::gpipe, 1}, Case{4, PipelineSchedule::interleaved, 2}}) {
+    StepConfig c = uniform(8, k.pp, 640, k.sched, k.v);
+    c.model.hidden = 256;
+    c.model.ffn = 1024;
+    c.training.seq_len = 256;
+    c.parallel.dp = 2;  // with DDP buckets at the end of the step
+    c.training.global_batch = 2 * 640;
+    REQUIRE(simulated_micro_batches(c) < 640);
+    const StepResult exact = simulate_step_exact(c);
+    const StepResult fast = simulate_step(c);
+    CHECK(exact.extrapolated_from == 0);
+    CHECK(fast.extrapolated_from == simulated_micro_batches(c));
+    CHECK(fast.micro_batches == 640);
+    CHECK(fast.step_time_s == Approx(exact.step_time_s).epsilon(1e-6));
+    CHECK(fast.peak_bytes == Approx(exact.peak_bytes).epsilon(1e-6));
+    CHECK(fast.compute_s == Approx(exact.compute_s).epsilon(1e-6));
+    CHECK(fast.pipeline_bubble_s == Approx(exact.pipeline_bubble_s).epsilon(1e-4).margin(1e-9));
+    CHECK(double(fast.kernels) == Approx(double(exact.kernels)).epsilon(1e-9));
+  }
+}

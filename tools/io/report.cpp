@@ -71,6 +71,7 @@ Json result_json(const Scenario& s, const StepResult& r, double baseline_tokens_
        }()},
       {"profile", s.profile.name},
   };
+  if (r.extrapolated_from > 0) j["simulated_micro_batches"] = r.extrapolated_from;
   if (baseline_tokens_per_s > 0) {
     j["single_gpu_tokens_per_s"] = baseline_tokens_per_s;
     j["speedup_vs_one_gpu"] = r.tokens_per_s / baseline_tokens_per_s;
@@ -137,7 +138,11 @@ void write_text_report(std::ostream& os, const Scenario& s, const StepResult& r,
     os << "  scaling        " << fmt("%.2fx", r.tokens_per_s / baseline_tokens_per_s) << " the throughput of one GPU on "
        << s.gpus() << " GPUs: " << fmt("%.0f%%", 100 * r.tokens_per_s / baseline_tokens_per_s / double(s.gpus()))
        << " efficiency\n";
-  if (r.micro_batches > 1) os << "  (" << r.micro_batches << " micro-batches accumulated per step)\n";
+  if (r.micro_batches > 1) {
+    os << "  (" << r.micro_batches << " micro-batches accumulated per step";
+    if (r.extrapolated_from > 0) os << "; the steady state of " << r.extrapolated_from << " simulated and extended linearly";
+    os << ")\n";
+  }
   if (s.claim) {
     os << "\nclaim      " << s.claim->source << ": \"" << s.claim->quote << "\"\n";
     if (s.claim->fits)

@@ -1,6 +1,7 @@
 #include "tools/io/simulate.hpp"
 
 #include "sim/training/step.hpp"
+#include "tools/io/input_error.hpp"
 #include "tools/io/report.hpp"
 
 namespace scaleout {
@@ -43,6 +44,13 @@ StepConfig step_config(const Scenario& s) {
 StepResult simulate_scenario(const Scenario& s, bool keep_trace) {
   StepConfig cfg = step_config(s);
   cfg.keep_trace = keep_trace;
+  // Bound the work: each simulated micro-batch builds tens of tasks per layer on every stage.
+  const double work = double(simulated_micro_batches(cfg)) * double(s.model.layers + 2);
+  if (work > 4e6)
+    throw InputError(s.file, "/model/layers", std::to_string(s.model.layers) + " layers over " +
+                                                   std::to_string(simulated_micro_batches(cfg)) +
+                                                   " simulated micro-batches is beyond what one step simulation holds "
+                                                   "(layers x micro-batches at most 4e6)");
   return simulate_step(cfg);
 }
 
