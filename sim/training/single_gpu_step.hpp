@@ -14,6 +14,23 @@
 
 namespace scaleout {
 
+// A GPU that falls behind (DESIGN.md "faults"): thermal throttling slows its kernels, a slow data
+// loader delays each of its micro-batches, a stall (a hung loader, a storage hiccup) stops it once.
+struct Straggler {
+  std::int64_t rank = 0;          // global GPU rank, in the plan's placement order
+  double compute_slowdown = 1.0;  // kernel times multiplied by this
+  double loader_delay_s = 0;      // before each micro-batch it feeds (first pipeline stage)
+  double stall_s = 0;             // once, before the forward pass of micro-batch `stall_micro_batch`
+  std::int64_t stall_micro_batch = 0;
+};
+
+struct FaultSpec {
+  std::vector<Straggler> stragglers;
+  // How long a rank waits in a collective before NCCL's watchdog aborts the job (torch.distributed's
+  // default for NCCL process groups is 10 minutes).
+  double nccl_timeout_s = 600;
+};
+
 struct StepConfig {
   TransformerSpec model;
   TrainingSpec training;
@@ -21,6 +38,10 @@ struct StepConfig {
   ComputeProfile profile;
   ParallelPlan parallel;
   bool keep_trace = false;
+  // Fold ranks that provably behave alike (the tensor-, context- and data-parallel peers of a
+  // stage) into one simulated rank; off simulates every GPU, as stragglers need.
+  bool fold = true;
+  FaultSpec faults;
   // What the process holds beyond its tensors: the CUDA context, cuBLAS/cuDNN workspaces (outside
   // torch's allocator), and the caching allocator's fragmentation, as a fraction of the peak.
   double context_reserve_bytes = 0.5 * kGiB;
@@ -53,6 +74,16 @@ struct StepResult {
   int busiest_rank = 0;
   double params_total = 0, params_trainable = 0;
   std::int64_t micro_batches = 1;
+  std::int64_t simulated_ranks = 1;
+  // Unfolded simulations: how long rank 0 waited in collectives for later peers, the longest wait
+  // of any rank in one collective and the GPU rank it waited for.
+  double peer_wait_s = 0;
+  double peer_wait_exposed_s = 0;  // of it, what left rank 0's compute stream idle
+  double max_peer_wait_s = 0;
+  std::int64_t waited_for_rank = -1;
+  // A wait longer than the NCCL timeout: the watchdog aborts the job; the step never completes.
+  bool failed = false;
+  std::string failure;
   std::int64_t extrapolated_from = 0;  // > 0: simulated over this many micro-batches and extended linearly
   std::uint64_t kernels = 0;
   std::uint64_t events = 0;

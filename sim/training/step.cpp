@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -176,11 +178,61 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   const ComputeModel cm(cfg.gpu, cfg.profile);
   Simulator sim;
   StreamExecutor ex(sim);
-  std::vector<RankState> ranks(par.pp);
+  // Simulated ranks: one per pipeline stage when folded; else every GPU, rank r = stage * reps + q
+  // with q = tp_i + tp * (cp_i + cp * dp_i).
+  const std::int64_t reps = cfg.fold ? 1 : par.tp * par.cp * par.dp;
+  SCALEOUT_CHECK(par.pp * reps <= (std::int64_t(1) << 20), "unfolded simulation of more than 2^20 GPUs");
+  const int nranks = int(par.pp * reps);
+  auto stage_of = [&](int r) { return std::int64_t(r) / reps; };
+  auto q_of = [&](int r) { return std::int64_t(r) % reps; };
+  // The group a simulated rank belongs to, as one integer per group kind.
+  auto group_id = [&](CommGroup g, int r) -> std::int64_t {
+    const std::int64_t q = q_of(r), tp_i = q % par.tp, cp_i = (q / par.tp) % par.cp, dp_i = q / (par.tp * par.cp);
+    const std::int64_t s = stage_of(r);
+    switch (g) {
+      case CommGroup::tp: return (s * par.cp + cp_i) * par.dp + dp_i;
+      case CommGroup::cp: return (s * par.tp + tp_i) * par.dp + dp_i;
+      case CommGroup::dp: return s * par.tp * par.cp + tp_i * par.cp + cp_i;
+      case CommGroup::ep: return ((s * par.tp + tp_i) * par.cp + cp_i) * par.dp + dp_i / std::max<std::int64_t>(1, par.ep);
+      case CommGroup::pp: return q;
+    }
+    return 0;
+  };
+  auto group_size = [&](CommGroup g) {
+    return g == CommGroup::tp ? par.tp : g == CommGroup::cp ? par.cp : g == CommGroup::dp ? par.dp : g == CommGroup::ep ? par.ep : par.pp;
+  };
+  // The global GPU rank of a simulated rank (its representative's when folded).
+  auto global_rank = [&](int r) {
+    const std::int64_t q = q_of(r), tp_i = q % par.tp, cp_i = (q / par.tp) % par.cp, dp_i = q / (par.tp * par.cp);
+    return tp_i * group_stride(par, CommGroup::tp) + cp_i * group_stride(par, CommGroup::cp) +
+           dp_i * group_stride(par, CommGroup::dp) + stage_of(r) * group_stride(par, CommGroup::pp);
+  };
+  // Stragglers: on their own simulated rank, or (folded) on their stage's representative, which
+  // then stands for the slowest replica of the stage: every collective of the stage waits for it.
+  std::vector<double> slowdown(nranks, 1.0), loader_delay(nranks, 0.0);
+  std::vector<std::vector<std::pair<std::int64_t, double>>> stalls(nranks);
+  for (const Straggler& st : cfg.faults.stragglers) {
+    SCALEOUT_CHECK(st.rank >= 0 && st.rank < par.gpus(), "straggler rank outside the plan");
+    const std::int64_t s = (st.rank / group_stride(par, CommGroup::pp)) % par.pp;
+    std::int64_t q = 0;
+    if (!cfg.fold) {
+      const std::int64_t tp_i = (st.rank / group_stride(par, CommGroup::tp)) % par.tp;
+      const std::int64_t cp_i = (st.rank / group_stride(par, CommGroup::cp)) % par.cp;
+      const std::int64_t dp_i = (st.rank / group_stride(par, CommGroup::dp)) % par.dp;
+      q = tp_i + par.tp * (cp_i + par.cp * dp_i);
+    }
+    const int r = int(s * reps + q);
+    slowdown[r] = std::max(slowdown[r], st.compute_slowdown);
+    loader_delay[r] = std::max(loader_delay[r], st.loader_delay_s);
+    if (st.stall_s > 0) stalls[r].push_back({st.stall_micro_batch, st.stall_s});
+  }
+
+  std::vector<RankState> ranks(nranks);
   std::vector<std::vector<TaskId>> deps_of;  // for attribution of idle gaps
   std::vector<const Kernel*> kernel_of;
   std::vector<int> rank_of, track_of;
   std::vector<std::string> extra_names;
+  std::vector<std::array<TaskId, 5>> last_on(nranks);  // last task + 1 on each of a rank's streams (0: none)
 
   auto add_task = [&](int rank, int track, Time dur, std::vector<TaskId> deps, const Kernel* k) {
     const TaskId id = ex.add(ranks[rank].streams[track], dur, std::span<const TaskId>(deps.data(), deps.size()));
@@ -192,14 +244,56 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     kernel_of[id] = k;
     rank_of[id] = rank;
     track_of[id] = track;
+    last_on[rank][track] = id + 1;
     return id;
   };
 
+  // Unfolded, a collective starts when every member of its group has reached it: a zero-length
+  // barrier task per occurrence (the k-th collective of a group on each member) waits for the
+  // members' arrivals, and each member's collective waits for the barrier.
+  constexpr int kBarrier = 5;
+  std::map<std::tuple<int, std::int64_t, std::int64_t>, TaskId> barriers;
+  std::map<std::pair<int, std::int64_t>, StreamId> barrier_streams;
+  std::vector<std::array<std::int64_t, 5>> occurrences(nranks, std::array<std::int64_t, 5>{});
+  struct Arrival {
+    int rank;
+    std::vector<TaskId> after;
+  };
+  std::map<TaskId, std::vector<Arrival>> arrivals;  // barrier -> members and what they waited for
+  auto sync_task = [&](int rank, int track, Time dur, std::vector<TaskId> deps, const Kernel* k, CommGroup g) {
+    if (cfg.fold || group_size(g) <= 1) return add_task(rank, track, dur, std::move(deps), k);
+    const std::int64_t gid = group_id(g, rank);
+    const auto key = std::make_tuple(int(g), gid, occurrences[rank][int(g)]++);
+    auto it = barriers.find(key);
+    TaskId b;
+    if (it == barriers.end()) {
+      auto sit = barrier_streams.find({int(g), gid});
+      if (sit == barrier_streams.end()) sit = barrier_streams.emplace(std::make_pair(int(g), gid), ex.add_stream()).first;
+      b = ex.add(sit->second, Time::zero(), {});
+      deps_of.resize(b + 1);
+      kernel_of.resize(b + 1, nullptr);
+      rank_of.resize(b + 1, rank);
+      track_of.resize(b + 1, kBarrier);
+      barriers.emplace(key, b);
+    } else {
+      b = it->second;
+    }
+    std::vector<TaskId> after = deps;
+    if (last_on[rank][track] > 0) after.push_back(last_on[rank][track] - 1);
+    for (TaskId d : after) {
+      ex.add_dependency(b, d);
+      deps_of[b].push_back(d);
+    }
+    arrivals[b].push_back({rank, std::move(after)});
+    return add_task(rank, track, dur, {b}, k);
+  };
+
   // Build each stage's chunks.
-  for (std::int64_t s = 0; s < par.pp; ++s) {
-    RankState& rs = ranks[s];
+  for (int rr = 0; rr < nranks; ++rr) {
+    const std::int64_t s = stage_of(rr);
+    RankState& rs = ranks[rr];
     for (int t = 0; t < 5; ++t) rs.streams[t] = ex.add_stream();
-    rs.mem.keep_timeline(cfg.keep_trace && s == 0);
+    rs.mem.keep_timeline(cfg.keep_trace && rr == 0);
     for (std::int64_t c = 0; c < v; ++c) {
       const std::int64_t vs = c * par.pp + s;  // virtual stage index
       StageSpec st;
@@ -230,8 +324,8 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     return Time::zero();
   };
   double phase_time[4] = {0, 0, 0, 0};
-  std::vector<double> rank_compute(par.pp, 0), rank_optimizer(par.pp, 0), rank_recompute(par.pp, 0);
-  std::vector<double> rank_tp(par.pp, 0), rank_cp(par.pp, 0), rank_ep(par.pp, 0);
+  std::vector<double> rank_compute(nranks, 0), rank_optimizer(nranks, 0), rank_recompute(nranks, 0);
+  std::vector<double> rank_tp(nranks, 0), rank_cp(nranks, 0), rank_ep(nranks, 0);
 
   // Emits a plan item's kernels on a rank; returns its first and last compute tasks.
   auto emit = [&](int rank, PlanItem item, std::vector<TaskId> first_deps) -> std::pair<TaskId, TaskId> {
@@ -247,21 +341,23 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
         const Kernel& kernel = it.kernels[k];
         const TaskId h = add_task(rank, kHost, host_cost(it.phase), {}, &kernel);
         Time dt;
-        if (kernel.kind == KernelKind::collective) {
-          dt = Time::from_seconds(collective_time(cfg, kernel.coll, kernel.group, kernel.bytes, rank));
+        const bool coll = kernel.kind == KernelKind::collective;
+        if (coll) {
+          dt = Time::from_seconds(collective_time(cfg, kernel.coll, kernel.group, kernel.bytes, stage_of(rank)));
           double* acc = kernel.group == CommGroup::tp ? &rank_tp[rank] : kernel.group == CommGroup::cp ? &rank_cp[rank] : &rank_ep[rank];
           *acc += dt.seconds();
         } else {
-          dt = cm.time(kernel);
+          dt = slowdown[rank] == 1.0 ? cm.time(kernel) : Time::from_seconds(cm.time(kernel).seconds() * slowdown[rank]);
           phase_time[static_cast<int>(it.phase)] += dt.seconds();
           (it.phase == Phase::optimizer ? rank_optimizer : it.phase == Phase::recompute ? rank_recompute : rank_compute)[rank] += dt.seconds();
         }
         std::vector<TaskId> deps{h};
         if (k == 0) deps.insert(deps.end(), first_deps.begin(), first_deps.end());
-        const TaskId g = add_task(rank, kCompute, dt, std::move(deps), &kernel);
+        const TaskId g = coll ? sync_task(rank, kCompute, dt, std::move(deps), &kernel, kernel.group)
+                              : add_task(rank, kCompute, dt, std::move(deps), &kernel);
         if (k == 0) first = g;
         last = g;
-        ++res.kernels;
+        if (q_of(rank) == 0) ++res.kernels;
       }
     }
     if (!it.allocs.empty()) {
@@ -279,9 +375,9 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   const Dtype gather_dtype = tr.precision.compute == Dtype::fp8 ? Dtype::bf16 : tr.precision.compute;
   std::map<std::tuple<int, bool, int, int>, TaskId> sends;  // (dest rank, forward?, chunk, mb) -> transfer
 
-  for (std::int64_t s = 0; s < par.pp; ++s) {
-    RankState& rs = ranks[s];
-    const int r = int(s);
+  for (int r = 0; r < nranks; ++r) {
+    const std::int64_t s = stage_of(r);
+    RankState& rs = ranks[r];
     // Persistent state at the start of the step.
     PlanItem init;
     for (auto& ch : rs.chunks) {
@@ -299,8 +395,8 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
                                        CommGroup::dp, bucket, s);
       std::vector<TaskId> deps{bucket_task};
       if (!par.overlap_grad_reduce) deps = {rs.last_backward};
-      rs.dp_tasks.push_back(add_task(r, kDpComm, Time::from_seconds(t), deps, nullptr));
-      res.dp_comm_total_s += t;
+      rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(t), deps, nullptr, CommGroup::dp));
+      if (q_of(r) == 0) res.dp_comm_total_s += t;
       bucket = 0;
     };
 
@@ -311,6 +407,12 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
       const std::int64_t vs = w.chunk * par.pp + s;
       std::vector<PlanItem> items = w.forward ? ch.planner->forward(w.mb)
                                               : ch.planner->backward(w.mb, ++bwd_done[w.chunk] == int(m));
+      if (w.forward && w.chunk == 0) {
+        // Faults on this GPU's host: a slow data loader (first stage) or a one-time stall.
+        if (loader_delay[r] > 0 && vs == 0) add_task(r, kHost, Time::from_seconds(loader_delay[r]), {}, nullptr);
+        for (const auto& [mb, len] : stalls[r])
+          if (mb == w.mb) add_task(r, kHost, Time::from_seconds(len), {}, nullptr);
+      }
       TaskId first = 0, last = 0;
       bool started = false;
       int cur_layer = -2;
@@ -338,8 +440,8 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
               t += lp * dtype_bytes(gather_dtype) / gathered_shard_params / std::max(par.links.pcie_bandwidth, 1.0);
             std::vector<TaskId> gdeps;
             if (started) gdeps.push_back(first);  // prefetch: once this pass has started
-            layer_gather = add_task(r, kDpComm, Time::from_seconds(t), gdeps, nullptr);
-            res.dp_comm_total_s += t;
+            layer_gather = sync_task(r, kDpComm, Time::from_seconds(t), gdeps, nullptr, CommGroup::dp);
+            if (q_of(r) == 0) res.dp_comm_total_s += t;
             opens[layer_gather].push_back({MemCategory::other, gathered_bytes});
             first_deps.push_back(layer_gather);
             have_gather = true;
@@ -381,8 +483,8 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
           inter.parallel.tp = par.tp * shard_group;
           t += collective_time(inter, CollectiveKind::all_reduce, CommGroup::dp, bytes / double(shard_group), s);
         }
-        rs.dp_tasks.push_back(add_task(r, kDpComm, Time::from_seconds(t), {last}, nullptr));
-        res.dp_comm_total_s += t;
+        rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(t), {last}, nullptr, CommGroup::dp));
+        if (q_of(r) == 0) res.dp_comm_total_s += t;
       }
       rs.spans[{w.forward, w.chunk, w.mb}] = {first, last};
       if (!w.forward) {
@@ -392,19 +494,20 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
       // Pipeline sends: this pass's output (forward) or input gradient (backward).
       std::int64_t dest_vs = w.forward ? vs + 1 : vs - 1;
       if (dest_vs >= 0 && dest_vs < chunks_total) {
-        const int dest_rank = int(dest_vs % par.pp);
+        const std::int64_t dest_stage = dest_vs % par.pp;
+        const int dest_rank = int(dest_stage * reps + q_of(r));
         const int dest_chunk = int(dest_vs / par.pp);
         double bytes = w.forward ? ch.tape.tensors[ch.tape.output].bytes : ch.tape.tensors[ch.tape.input].bytes;
         // Megatron's scatter-gather: each TP rank sends 1/tp of the (replicated) activation and the
         // receivers all-gather it over NVLink (SC21 section 4.1).
         if (par.tp > 1 && !par.sequence_parallel && par.pipeline_scatter_gather) bytes /= double(par.tp);
         const std::int64_t gpn = std::max<std::int64_t>(1, par.gpus_per_node);
-        const bool cross = stage_rank(par, s) / gpn != stage_rank(par, dest_rank) / gpn;
+        const bool cross = stage_rank(par, s) / gpn != stage_rank(par, dest_stage) / gpn;
         const LinkParams& l = par.links;
         const double bw = cross ? l.inter_node_bandwidth * l.inter_node_efficiency : l.intra_node_bandwidth * l.intra_node_efficiency;
         const double t = (cross ? l.inter_node_latency_s : l.intra_node_latency_s) + bytes / std::max(bw, 1.0);
         const TaskId send = add_task(r, w.forward ? kSendFwd : kSendBwd, Time::from_seconds(t), {last}, nullptr);
-        res.pp_comm_s += t;
+        if (q_of(r) == 0) res.pp_comm_s += t;
         sends[{dest_rank, w.forward, dest_chunk, w.mb}] = send;
       }
       (void)pending_first;
@@ -446,15 +549,15 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
       double n = 0;
       for (auto& ch : rs.chunks) n += ch.planner->trainable_params();
       const double t = collective_time(cfg, CollectiveKind::all_gather, CommGroup::dp, n * dtype_bytes(tr.precision.param), s);
-      add_task(r, kDpComm, Time::from_seconds(t), {ex.task_count() > 0 ? TaskId(ex.task_count() - 1) : 0}, nullptr);
-      res.dp_comm_total_s += t;
+      sync_task(r, kDpComm, Time::from_seconds(t), {ex.task_count() > 0 ? TaskId(ex.task_count() - 1) : 0}, nullptr, CommGroup::dp);
+      if (q_of(r) == 0) res.dp_comm_total_s += t;
     }
   }
   // Pipeline dependencies: each pass waits for its neighbour's send.
-  for (std::int64_t s = 0; s < par.pp; ++s)
-    for (const auto& [key, span] : ranks[s].spans) {
+  for (int r = 0; r < nranks; ++r)
+    for (const auto& [key, span] : ranks[r].spans) {
       const auto [fwd, c, mb] = key;
-      auto it = sends.find({int(s), fwd, c, mb});
+      auto it = sends.find({r, fwd, c, mb});
       if (it != sends.end()) {
         ex.add_dependency(span.first, it->second);
         deps_of[span.first].push_back(it->second);
@@ -492,9 +595,69 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   res.events = sim.events_executed();
   res.step_time_s = end.seconds();
 
-  // Idle gaps on each compute stream, attributed to what the next task waited for last.
-  std::vector<double> host_gap(par.pp, 0), bubble(par.pp, 0), dp_gap(par.pp, 0);
-  std::vector<Time> prev_end(par.pp, Time::zero());
+  // Unfolded: how long each member waited in each collective for the last one to arrive.
+  std::map<std::pair<TaskId, int>, Time> own_arrival;  // (barrier, rank) -> when that rank was ready
+  for (const auto& [b, members] : arrivals) {
+    Time last = Time::zero();
+    int last_rank = 0;
+    for (const Arrival& a : members) {
+      Time at = Time::zero();
+      for (TaskId d : a.after) at = max(at, ex.finish_time(d));
+      own_arrival[{b, a.rank}] = at;
+      if (at >= last) {
+        last = at;
+        last_rank = a.rank;
+      }
+    }
+    for (const Arrival& a : members) {
+      const double wait = (ex.finish_time(b) - own_arrival[{b, a.rank}]).seconds();
+      if (a.rank == 0) res.peer_wait_s += wait;
+      if (wait > res.max_peer_wait_s) {
+        res.max_peer_wait_s = wait;
+        res.waited_for_rank = global_rank(last_rank);
+        if (wait > cfg.faults.nccl_timeout_s && !res.failed) {
+          res.failed = true;
+          char buf[256];
+          std::snprintf(buf, sizeof buf,
+                        "NCCL timeout: GPU %lld waited %.1f s in a collective for GPU %lld (timeout %.0f s); the watchdog aborts "
+                        "the job %.1f s into the step",
+                        (long long)global_rank(a.rank), wait, (long long)global_rank(last_rank), cfg.faults.nccl_timeout_s,
+                        own_arrival[{b, a.rank}].seconds() + cfg.faults.nccl_timeout_s);
+          res.failure = buf;
+        }
+      }
+    }
+  }
+
+  // Idle gaps on each compute stream, attributed to what the next task waited for last; a wait
+  // at a collective's barrier is the rank's own lateness up to its arrival, the peers' after.
+  std::vector<double> host_gap(nranks, 0), bubble(nranks, 0), dp_gap(nranks, 0), peer_gap(nranks, 0);
+  std::vector<Time> prev_end(nranks, Time::zero());
+  std::function<int(TaskId, int, Time&)> cause_of = [&](TaskId id, int r, Time& latest) {
+    int cause = kHost;
+    latest = Time::zero();
+    for (TaskId d : deps_of[id])
+      if (ex.finish_time(d) >= latest) {
+        latest = ex.finish_time(d);
+        cause = track_of[d];
+        if (cause == kBarrier) {
+          // Ready before its peers: waiting for them; else whatever made this rank late.
+          const Time mine = own_arrival[{d, r}];
+          if (mine >= latest) {
+            Time inner;
+            cause = kHost;
+            for (const Arrival& a : arrivals[d])
+              if (a.rank == r)
+                for (TaskId e : a.after)
+                  if (ex.finish_time(e) >= inner) {
+                    inner = ex.finish_time(e);
+                    cause = track_of[e];
+                  }
+          }
+        }
+      }
+    return cause;
+  };
   for (TaskId id = 0; id < ex.task_count(); ++id) {
     if (track_of[id] != kCompute) continue;
     const int r = rank_of[id];
@@ -502,23 +665,20 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     const double gap = (st - prev_end[r]).seconds();
     prev_end[r] = max(prev_end[r], ex.finish_time(id));
     if (gap <= 0) continue;
-    int cause = kHost;
-    Time latest = Time::zero();
-    for (TaskId d : deps_of[id])
-      if (ex.finish_time(d) >= latest) {
-        latest = ex.finish_time(d);
-        cause = track_of[d];
-      }
-    (cause == kHost ? host_gap : (cause == kDpComm ? dp_gap : bubble))[r] += gap;
+    Time latest;
+    const int cause = cause_of(id, r, latest);
+    (cause == kHost ? host_gap : cause == kDpComm ? dp_gap : cause == kBarrier ? peer_gap : bubble)[r] += gap;
   }
-  for (std::int64_t s = 0; s < par.pp; ++s) bubble[s] += (end - prev_end[s]).seconds();  // idle at the end
+  for (int r = 0; r < nranks; ++r) bubble[r] += (end - prev_end[r]).seconds();  // idle at the end
 
   int busiest = 0;
-  for (std::int64_t s = 0; s < par.pp; ++s) {
-    res.rank_peak_bytes.push_back(ranks[s].mem.peak());
-    if (ranks[s].mem.peak() > ranks[busiest].mem.peak()) busiest = int(s);
+  for (int r = 0; r < nranks; ++r) {
+    if (q_of(r) == 0) res.rank_peak_bytes.push_back(ranks[r].mem.peak());
+    else res.rank_peak_bytes[std::size_t(stage_of(r))] = std::max(res.rank_peak_bytes[std::size_t(stage_of(r))], ranks[r].mem.peak());
+    if (ranks[r].mem.peak() > ranks[busiest].mem.peak()) busiest = r;
   }
-  res.busiest_rank = busiest;
+  res.busiest_rank = int(stage_of(busiest));
+  res.simulated_ranks = nranks;
   // Time breakdown of the first stage (the one that starts first and waits longest).
   const int r0 = 0;
   res.compute_s = rank_compute[r0];
@@ -528,10 +688,11 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   res.cp_comm_s = rank_cp[r0];
   res.ep_comm_s = rank_ep[r0];
   res.dp_comm_exposed_s = dp_gap[r0];
+  res.peer_wait_exposed_s = peer_gap[r0];
   res.host_stall_s = host_gap[r0];
   res.pipeline_bubble_s = par.pp > 1 ? bubble[r0] : 0;
   if (par.pp == 1) res.host_stall_s += bubble[r0];
-  res.exposed_comm_s = res.tp_comm_s + res.cp_comm_s + res.ep_comm_s + res.dp_comm_exposed_s;
+  res.exposed_comm_s = res.tp_comm_s + res.cp_comm_s + res.ep_comm_s + res.dp_comm_exposed_s + res.peer_wait_exposed_s;
 
   const double tokens = double(tr.global_batch) * double(tr.seq_len);
   res.tokens_per_s = res.step_time_s > 0 ? tokens / res.step_time_s : 0;
@@ -546,8 +707,8 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   res.required_bytes = res.peak_bytes * (1.0 + cfg.fragmentation) + cfg.context_reserve_bytes;
   res.fits = res.required_bytes <= res.capacity_bytes;
   double trainable = 0, total = 0;
-  for (auto& rs : ranks)
-    for (auto& ch : rs.chunks) {
+  for (int r = 0; r < nranks; r += int(reps))
+    for (auto& ch : ranks[r].chunks) {
       trainable += ch.planner->trainable_params();
       total += ch.planner->trainable_params() + ch.planner->frozen_params();
     }
@@ -557,7 +718,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     for (TaskId id = 0; id < ex.task_count(); ++id) {
       const Kernel* k = kernel_of[id];
       std::string name = k ? k->name : (track_of[id] == kDpComm ? "dp_comm" : track_of[id] >= kSendFwd ? "pp_send" : "memory");
-      if (track_of[id] == kCompute && !k && ex.finish_time(id) == ex.start_time(id)) continue;
+      if (track_of[id] == kBarrier || (track_of[id] == kCompute && !k && ex.finish_time(id) == ex.start_time(id))) continue;
       res.trace.push_back({std::move(name), rank_of[id], track_of[id], ex.start_time(id), ex.finish_time(id)});
     }
     res.memory_timeline = ranks[0].mem.timeline();

@@ -180,3 +180,81 @@ TEST_CASE("long accumulation is extrapolated from two windows and agrees with th
     CHECK(double(fast.kernels) == Approx(double(exact.kernels)).epsilon(1e-9));
   }
 }
+
+namespace {
+
+StepConfig small_plan(std::int64_t dp, std::int64_t tp, std::int64_t pp, std::int64_t cp = 1) {
+  StepConfig c = uniform(8, pp, 4 * pp, PipelineSchedule::one_f_one_b);
+  c.model.hidden = 512;
+  c.model.heads = 8;
+  c.model.kv_heads = 8;
+  c.model.ffn = 2048;
+  c.training.seq_len = 1024;
+  c.parallel.dp = dp;
+  c.parallel.tp = tp;
+  c.parallel.cp = cp;
+  c.parallel.sequence_parallel = tp > 1;
+  c.training.global_batch = 4 * pp * dp;
+  c.profile = default_profile(c.gpu);  // with host launch costs, so that host stalls show too
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("folded and unfolded simulations agree when every rank behaves alike", "[parallel][fold]") {
+  std::vector<StepConfig> plans = {small_plan(2, 2, 2), small_plan(4, 1, 1), small_plan(2, 2, 1, 2), small_plan(8, 1, 2)};
+  plans[1].parallel.fsdp = FsdpMode::full_shard;
+  plans[3].parallel.zero = 1;
+  plans[3].parallel.gpus_per_node = 4;  // data parallelism across nodes
+  for (StepConfig c : plans) {
+    const StepResult folded = simulate_step(c);
+    c.fold = false;
+    const StepResult full = simulate_step(c);
+    INFO("dp " << c.parallel.dp << " tp " << c.parallel.tp << " pp " << c.parallel.pp << " cp " << c.parallel.cp);
+    CHECK(folded.simulated_ranks == c.parallel.pp);
+    CHECK(full.simulated_ranks == c.parallel.gpus());
+    CHECK(full.step_time_s == Approx(folded.step_time_s).epsilon(1e-9));
+    CHECK(full.peak_bytes == Approx(folded.peak_bytes).epsilon(1e-9));
+    CHECK(full.compute_s == Approx(folded.compute_s).epsilon(1e-9));
+    CHECK(full.exposed_comm_s == Approx(folded.exposed_comm_s).epsilon(1e-9).margin(1e-12));
+    CHECK(full.pipeline_bubble_s == Approx(folded.pipeline_bubble_s).epsilon(1e-9).margin(1e-12));
+    CHECK(full.kernels == folded.kernels);
+    CHECK(full.peer_wait_exposed_s == Approx(0).margin(1e-12));
+  }
+}
+
+TEST_CASE("a straggler slows every collective it joins, and folding it onto its stage is exact", "[parallel][fold][faults]") {
+  StepConfig c = small_plan(4, 2, 2);
+  const double healthy = simulate_step(c).step_time_s;
+  c.faults.stragglers.push_back({5, 1.25, 0, 0, 0});  // GPU 5: stage 0 (8 GPUs a stage), tp rank 1, dp rank 2
+  const StepResult folded = simulate_step(c);
+  c.fold = false;
+  const StepResult full = simulate_step(c);
+  CHECK(folded.step_time_s > healthy * 1.1);
+  CHECK(full.step_time_s == Approx(folded.step_time_s).epsilon(1e-9));
+  // GPU 0 is healthy: its compute is not slower, it waits for GPU 5 in the collectives.
+  CHECK(full.compute_s == Approx(simulate_step([&] { StepConfig h = c; h.faults = {}; return h; }()).compute_s));
+  CHECK(full.peer_wait_s > 0);
+  CHECK(full.waited_for_rank == 5);
+  CHECK_FALSE(full.failed);
+}
+
+TEST_CASE("a stall longer than the NCCL timeout fails the step and names the GPUs", "[parallel][faults]") {
+  StepConfig c = small_plan(2, 1, 2);
+  c.fold = false;
+  c.faults.nccl_timeout_s = 30;
+  c.faults.stragglers.push_back({3, 1.0, 0, 45.0, 1});  // GPU 3 hangs 45 s before micro-batch 1
+  const StepResult r = simulate_step(c);
+  CHECK(r.failed);
+  CHECK(r.failure.find("NCCL timeout") != std::string::npos);
+  INFO(r.failure);
+  // GPU 3's replica is late everywhere: stage 1 waits for GPU 3 itself, stage 0 for GPU 1, which
+  // waits for GPU 3's gradients (NCCL's watchdog names the collective's peer, not the root cause).
+  CHECK((r.waited_for_rank == 1 || r.waited_for_rank == 3));
+  CHECK(r.failure.find("for GPU " + std::to_string(r.waited_for_rank)) != std::string::npos);
+  CHECK(r.max_peer_wait_s > 30);
+  c.faults.nccl_timeout_s = 600;
+  const StepResult ok = simulate_step(c);
+  CHECK_FALSE(ok.failed);
+  CHECK(ok.step_time_s > 45);
+}
