@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "tools/cli/calibrate.hpp"
+#include "tools/cli/goodput.hpp"
 #include "tools/cli/plan.hpp"
 #include "tools/cli/collective.hpp"
 #include "tools/cli/sweep.hpp"
@@ -114,6 +115,7 @@ void register_commands(CLI::App& app) {
   register_sweep_command(app);
   register_collective_command(app);
   register_plan_command(app);
+  register_goodput_command(app);
 }
 
 }  // namespace scaleout
