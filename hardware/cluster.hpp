@@ -51,6 +51,9 @@ struct ClusterSpec {
   int switch_radix = 64;             // ports per network switch
   Time switch_latency = Time::from_ns(130);
   BytesPerSecond fabric_link_bandwidth;  // switch-to-switch links; zero: the NIC speed
+  CollectiveTuning tuning;           // calibrated corrections (a profile's "links"), none by default
+  // Efficiencies the cluster file gave itself: a calibrated profile does not replace them.
+  bool explicit_nvlink_efficiency = false, explicit_pcie_efficiency = false, explicit_network_efficiency = false;
 
   std::vector<std::string> sources;
   std::string notes;

@@ -9,6 +9,7 @@
 
 #include "hardware/dtype.hpp"
 #include "hardware/gpu.hpp"
+#include "hardware/link_profile.hpp"
 #include "sim/engine/time.hpp"
 
 namespace scaleout {
@@ -62,6 +63,9 @@ struct ComputeProfile {
   // Python work of torch.optim per parameter tensor (state lookups, step counters, list
   // building) before the foreach kernels are issued.
   Time host_opt_tensor = Time::from_us(10);
+
+  // Links between GPUs of this kind, when calibrated (empty: the cluster's own figures).
+  LinkProfile links;
 
   double gemm_eff(Dtype d) const { return gemm_efficiency[static_cast<std::size_t>(d)]; }
 };

@@ -16,6 +16,7 @@
 // simulation.
 #include <boost/graph/adjacency_list.hpp>
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -61,6 +62,18 @@ struct Link {
   double capacity() const { return bandwidth * efficiency; }
 };
 
+// Calibrated corrections to NCCL's collective model (fitted by hardware/calibration/link_fit.hpp
+// from NCCL timings): a latency added to every step by the class of link the step crosses, and
+// per algorithm a latency added to every step and a factor on the bandwidth its payload gets.
+// The defaults (zeros and ones) leave NCCL's model as it is.
+struct CollectiveTuning {
+  std::array<double, 3> step_latency_s{};  // by LinkKind: nvlink, pcie, network
+  double ring_step_latency_s = 0;
+  double tree_step_latency_s = 0;
+  double ring_bus_efficiency = 1;
+  double tree_bus_efficiency = 1;
+};
+
 struct NodeInfo {
   int first_rank = 0;
   int gpus = 0;
@@ -85,11 +98,13 @@ class Topology {
   LinkId add_link(VertexId a, VertexId b, double bandwidth, Time latency, double efficiency, LinkKind kind);
   void set_nic(int rank, VertexId nic);  // the NIC a GPU sends and receives inter-node traffic on
   void set_generation(GpuGeneration g) { generation_ = g; }
+  void set_tuning(const CollectiveTuning& t) { tuning_ = t; }
   void set_name(std::string name) { name_ = std::move(name); }
 
   // Reading.
   const std::string& name() const { return name_; }
   GpuGeneration generation() const { return generation_; }
+  const CollectiveTuning& tuning() const { return tuning_; }
   int gpu_count() const { return int(rank_node_.size()); }
   int node_count() const { return int(nodes_.size()); }
   const NodeInfo& node(int n) const { return nodes_[std::size_t(n)]; }
@@ -141,6 +156,7 @@ class Topology {
   std::vector<VertexId> fabric_vertices_;
   std::string name_;
   GpuGeneration generation_ = GpuGeneration::hopper;
+  CollectiveTuning tuning_;
   mutable std::unordered_map<std::uint64_t, DistTable> dist_cache_;
 };
 

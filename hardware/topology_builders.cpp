@@ -178,6 +178,7 @@ Topology build_topology(const ClusterSpec& spec) {
   Builder b{spec, Topology{}, {}};
   b.t.set_name(spec.name);
   b.t.set_generation(spec.generation);
+  b.t.set_tuning(spec.tuning);
   b.build_nodes();
   b.build_fabric();
   return std::move(b.t);

@@ -54,7 +54,14 @@ struct Group {
   double inter_bw = 0;   // bytes/s a node can send to the fabric over the NICs the group uses
   double net_latency_us = 0;  // the fabric's latency between two of the group's nodes
   int pos_of_root = 0;
+  CollectiveTuning tune;      // calibrated corrections (none by default)
 };
+
+// A step's hardware latency with the calibrated corrections of its link class and algorithm (a
+// fitted correction may be negative; a step never costs less than nothing).
+double tuned_us(double table_us, const Group& g, int hw, double algo_step_s) {
+  return std::max(0.0, table_us + 1e6 * (g.tune.step_latency_s[std::size_t(hw)] + algo_step_s));
+}
 
 double out_capacity(const Topology& t, VertexId v, LinkKind kind) {
   double c = 0;
@@ -103,6 +110,7 @@ Group analyse(const Topology& t, const std::vector<int>& ranks) {
     g.inter_bw = std::min(g.inter_bw, node_out);
   }
   if (g.nodes <= 1) g.rails = 1;
+  g.tune = t.tuning();
   g.nvls = g.nodes == 1 && g.n >= 2 && t.node(t.node_of(g.order.front())).nvls;
   g.nvls_nodes = g.nodes > 1 && g.ppn_min >= 2 && g.ppn_min == g.ppn_max;
   for (const auto& local : g.per_node) g.nvls_nodes = g.nvls_nodes && t.node(t.node_of(local.front())).nvls;
@@ -129,7 +137,8 @@ double ring_latency_us(CollectiveKind k, const Group& g, Protocol p) {
   const int hw = g.nodes == 1 ? intra_hw : kHwNet;
   const int n = g.n;
   double lat = kBaseLat[kRowRing][pi];
-  if (k == CollectiveKind::broadcast || k == CollectiveKind::reduce) return lat + kHwLat[hw][kRowRing][pi];
+  const double ring_step = g.tune.ring_step_latency_s;
+  if (k == CollectiveKind::broadcast || k == CollectiveKind::reduce) return lat + tuned_us(kHwLat[hw][kRowRing][pi], g, hw, ring_step);
   const int nsteps = k == CollectiveKind::all_reduce ? 2 * (n - 1) : n - 1;
   // Inter-node steps as later NCCL counts them (2(nodes-1) for all-reduce): never more than all.
   const int ninter = std::min(nsteps, g.nodes <= 1 ? 0 : k == CollectiveKind::all_reduce ? 2 * (g.nodes - 1) : g.nodes - 1);
@@ -138,6 +147,8 @@ double ring_latency_us(CollectiveKind k, const Group& g, Protocol p) {
   double inter = kHwLat[kHwNet][kRowRing][pi] + g.net_latency_us;
   if (p == Protocol::simple) inter += g.net_latency_us;
   if (g.nodes > 1) intra = std::max(intra, kNetOverheadUs * (p == Protocol::simple ? 3 : 1));
+  intra = tuned_us(intra, g, intra_hw, ring_step);
+  inter = tuned_us(inter, g, kHwNet, ring_step);
   return lat + (nsteps - ninter) * intra + ninter * inter;
 }
 
@@ -148,6 +159,8 @@ double tree_latency_us(const Group& g, Protocol p) {
   if (g.nodes > 1 && p == Protocol::ll) intra *= 1.8;
   double inter = kHwLat[kHwNet][kRowTree][pi] + g.net_latency_us;
   if (p == Protocol::simple) inter += g.net_latency_us;
+  intra = tuned_us(intra, g, intra_hw, g.tune.tree_step_latency_s);
+  inter = tuned_us(inter, g, kHwNet, g.tune.tree_step_latency_s);
   return kBaseLat[kRowTree][pi] + 2 * ((g.n / g.nodes - 1) * intra + log2i(g.nodes) * inter);
 }
 
@@ -162,7 +175,7 @@ double nvls_tree_latency_us(const Group& g) {
 // One point-to-point step (send/recv, a step of direct or halving-doubling).
 double step_latency_us(const Group& g, Protocol p, bool crosses_nodes) {
   const int hw = crosses_nodes ? kHwNet : g.nvlink ? kHwNvlink : kHwPci;
-  return kHwLat[hw][kRowRing][proto_index(p)] + (crosses_nodes ? g.net_latency_us : 0);
+  return tuned_us(kHwLat[hw][kRowRing][proto_index(p)], g, hw, 0) + (crosses_nodes ? g.net_latency_us : 0);
 }
 
 double ll_cap(const Topology& t, const Group& g) {
@@ -172,8 +185,18 @@ double ll_cap(const Topology& t, const Group& g) {
   return kLlMaxBw[row][col] * 1e9;
 }
 
-// Fraction of the links' bandwidth the payload gets under a protocol (NCCL's refinements).
+double protocol_efficiency_table(CollectiveAlgorithm a, Protocol p, CollectiveKind k, const Group& g);
+
+// Fraction of the links' bandwidth the payload gets under a protocol (NCCL's refinements), times
+// the calibrated bus efficiency of rings and trees.
 double protocol_efficiency(CollectiveAlgorithm a, Protocol p, CollectiveKind k, const Group& g) {
+  const double e = protocol_efficiency_table(a, p, k, g);
+  if (a == CollectiveAlgorithm::ring) return e * g.tune.ring_bus_efficiency;
+  if (a == CollectiveAlgorithm::tree) return e * g.tune.tree_bus_efficiency;
+  return e;
+}
+
+double protocol_efficiency_table(CollectiveAlgorithm a, Protocol p, CollectiveKind k, const Group& g) {
   const bool ring_like = a != CollectiveAlgorithm::tree && a != CollectiveAlgorithm::nvls && a != CollectiveAlgorithm::nvls_tree;
   if (a == CollectiveAlgorithm::nvls || a == CollectiveAlgorithm::nvls_tree) return kNvlsRatio;
   if (ring_like) {

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <ostream>
 
+#include "sim/network/collectives.hpp"
+#include "tools/io/cluster.hpp"
 #include "tools/io/scenario.hpp"
 
 namespace scaleout {
@@ -79,20 +81,273 @@ std::vector<KernelMeasurement> read_measurements(const std::string& file, std::s
   return out;
 }
 
+namespace {
+
+// The zoo GPU of a measured device name ("NVIDIA H200" -> h200), unless given.
+std::string zoo_gpu(const std::string& gpu_name, const std::string& given, const std::string& file) {
+  if (!given.empty()) return given;
+  std::string lower;
+  for (char c : gpu_name) lower += char(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.find("h200") != std::string::npos) return "h200";
+  if (lower.find("h100") != std::string::npos) return lower.find("pcie") != std::string::npos ? "h100-pcie" : "h100-sxm";
+  if (lower.find("a100") != std::string::npos) return lower.find("40gb") != std::string::npos ? "a100-40g" : "a100-80g";
+  if (lower.find("b200") != std::string::npos) return "b200";
+  if (lower.find("l40s") != std::string::npos) return "l40s";
+  throw InputError(file, "/gpu/name", "cannot tell which zoo GPU \"" + gpu_name + "\" is; pass --gpu");
+}
+
+std::string file_schema(const std::string& file) {
+  const Json j = load_json_file(file);
+  return j.is_object() && j.contains("schema") && j["schema"].is_string() ? j["schema"].get<std::string>() : "";
+}
+
+constexpr const char* kLinksSchema = "scaleout-links/1";
+
+// The timing fields every measured row carries (the harness's add_measured).
+void read_timing(JsonReader& r, LinkRow& row) {
+  row.seconds = r.number("time_s", 0);
+  if (!(row.seconds > 0)) r.fail("time_s", "expected a positive time");
+  for (const char* k : {"min_s", "max_s", "algbw_gbps", "busbw_gbps"}) r.number(k, 0);
+  r.integer("reps", 1);
+  r.integer("inner", 1);
+}
+
+std::vector<int> read_ranks(JsonReader& r, int gpus) {
+  const Json& v = r.raw("ranks");
+  if (!v.is_array() || v.empty()) r.fail("ranks", "expected a non-empty array of GPU indices");
+  std::vector<int> out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number_integer() || v[i].get<std::int64_t>() < 0 || v[i].get<std::int64_t>() >= gpus)
+      throw InputError(r.file(), r.path("ranks") + "/" + std::to_string(i),
+                       "expected a GPU index in [0, " + std::to_string(gpus - 1) + "], got " + describe(v[i]));
+    const int x = int(v[i].get<std::int64_t>());
+    if (std::find(out.begin(), out.end(), x) != out.end())
+      throw InputError(r.file(), r.path("ranks") + "/" + std::to_string(i), "GPU " + std::to_string(x) + " appears twice");
+    out.push_back(x);
+  }
+  return out;
+}
+
+std::string us(double seconds) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%+.3f", seconds * 1e6);
+  return b;
+}
+
+// Fits a links file and returns the profile's "links" section; prints the report.
+Json fit_links_section(const CalibrateOptions& o, const std::string& file, std::string* zoo_out, std::ostream& os) {
+  const LinkMeasurements m = read_link_measurements(file);
+  const std::string zoo = zoo_gpu(m.gpu_name, o.gpu, file);
+  if (zoo_out) *zoo_out = zoo;
+  const ClusterSpec cluster = link_cluster(m, zoo, o.cluster);
+  const LinkFitReport rep = fit_links(m, cluster);
+  char buf[512];
+  os << "links fit: " << m.rows.size() << " rows of " << file << " on cluster \"" << cluster.name << "\" (" << cluster.gpus()
+     << " x " << cluster.gpu << ")\n";
+  Json links = {{"measured_on", m.measured_on},
+                {"source", "scaleout calibrate fit " + file + (o.cluster.empty() ? "" : " --cluster " + o.cluster)},
+                {"cluster", cluster.name}};
+  const double datasheet[3] = {cluster.nvlink_bandwidth.value / 2, cluster.pcie_bandwidth.value, cluster.nic_bandwidth.value};
+  const char* names[3] = {"nvlink", "pcie", "network"};
+  for (int c = 0; c < 3; ++c) {
+    const LinkClassFit& f = rep.classes[std::size_t(c)];
+    Json cls = Json::object();
+    if (f.fitted) {
+      cls["efficiency"] = f.efficiency;
+      cls["step_latency_us"] = f.step_latency_s * 1e6;
+      std::snprintf(buf, sizeof buf,
+                    "  %-8s efficiency %.3f (%.1f of %.1f GB/s per direction), step latency %s us, %zu rows (%s)\n",
+                    names[c], f.efficiency, f.efficiency * datasheet[c] / 1e9, datasheet[c] / 1e9,
+                    us(f.step_latency_s).c_str(), f.rows, f.from_copies ? "cudaMemcpyPeer copies" : "NCCL send/recv");
+      os << buf;
+    }
+    for (const CopyLine& l : rep.copies)
+      if (l.link == names[c] && l.method == "memcpy" && l.bandwidth > 0) {
+        char lat[32], bw[32];
+        std::snprintf(lat, sizeof lat, "%.3f us", l.latency_s * 1e6);
+        std::snprintf(bw, sizeof bw, "%.2f GB/s", l.bandwidth / 1e9);
+        cls["p2p_latency"] = lat;
+        cls["p2p_bandwidth"] = bw;
+      }
+    if (cls.contains("efficiency")) links[names[c]] = cls;
+  }
+  for (const auto& [name, f] : {std::pair{"ring", rep.ring}, {"tree", rep.tree}}) {
+    if (!f.fitted) continue;
+    links[name] = {{"step_latency_us", f.step_latency_s * 1e6}, {"bus_efficiency", f.bus_efficiency}};
+    std::snprintf(buf, sizeof buf, "  %-8s bus efficiency %.3f, step latency %s us, %zu rows\n", name, f.bus_efficiency,
+                  us(f.step_latency_s).c_str(), f.rows);
+    os << buf;
+  }
+  for (const CopyLine& l : rep.copies) {
+    if (l.bandwidth <= 0) continue;
+    std::snprintf(buf, sizeof buf, "  copies   %s by %s: %.2f us + bytes / %.2f GB/s (%zu rows)\n", l.link.c_str(),
+                  l.method.c_str(), l.latency_s * 1e6, l.bandwidth / 1e9, l.rows);
+    os << buf;
+  }
+  const LinkFitStats& s = rep.stats;
+  std::snprintf(buf, sizeof buf,
+                "NCCL rows: fitted %zu (median error %.1f%%), held out %zu: median time error %.1f%%, worst %.1f%%; "
+                "held out >= 64 MiB: %zu rows, busbw error median %.1f%%, worst %.1f%%\n",
+                s.fitted, 100 * s.fitted_median_rel_error, s.held_out, 100 * s.held_out_median_rel_error,
+                100 * s.held_out_worst_rel_error, s.held_out_large, 100 * s.busbw_median_rel_error,
+                100 * s.busbw_worst_rel_error);
+  os << buf;
+  for (const auto& n : rep.notes) os << "note: " << n << "\n";
+  links["fit"] = {{"fitted", s.fitted},
+                  {"held_out", s.held_out},
+                  {"fitted_median_rel_error", s.fitted_median_rel_error},
+                  {"held_out_median_rel_error", s.held_out_median_rel_error},
+                  {"held_out_worst_rel_error", s.held_out_worst_rel_error},
+                  {"held_out_large", s.held_out_large},
+                  {"held_out_large_busbw_median_rel_error", s.busbw_median_rel_error},
+                  {"held_out_large_busbw_worst_rel_error", s.busbw_worst_rel_error},
+                  {"notes", rep.notes}};
+  if (!o.residuals.empty()) {
+    std::ofstream csv(o.residuals);
+    if (!csv) throw InputError(o.residuals + ": cannot write");
+    csv << "op,ranks,algorithm,bytes,held_out,measured_s,predicted_s,rel_error,model_algorithm\n";
+    for (const LinkResidual& r : rep.residuals) {
+      std::string ranks;
+      for (int x : r.row->ranks) ranks += (ranks.empty() ? "" : " ") + std::to_string(x);
+      csv << collective_name(r.row->kind) << "," << ranks << "," << r.row->algorithm << "," << r.row->bytes << ","
+          << (r.held_out ? 1 : 0) << "," << r.row->seconds << "," << r.predicted_s << ","
+          << (r.predicted_s - r.row->seconds) / r.row->seconds << "," << r.algorithm << "\n";
+    }
+  }
+  return links;
+}
+
+void write_profile(const Json& profile, const std::string& out, const std::string& zoo) {
+  // What is written must read back (the reader is strict).
+  parse_profile(profile, out, "", load_gpu(zoo));
+  std::ofstream f(out);
+  if (!f) throw InputError(out + ": cannot write the profile");
+  f << profile.dump(2) << "\n";
+}
+
+// `calibrate fit LINKS.json`: the base profile with its "links" replaced.
+void calibrate_links_only(const CalibrateOptions& o, std::ostream& os) {
+  std::string zoo;
+  const Json links = fit_links_section(o, o.measurements, &zoo, os);
+  Json profile;
+  if (!o.profile.empty()) {
+    profile = load_json_file(o.profile);
+    parse_profile(profile, o.profile, "", load_gpu(zoo));
+  } else {
+    const std::string shipped = data_dir() + "/hardware/profiles/" + zoo + ".json";
+    if (std::ifstream(shipped)) profile = load_json_file(shipped);
+    else profile = {{"name", zoo + "-links"}, {"measured_on", links["measured_on"]}, {"gpu", zoo},
+                    {"source", "datasheet compute figures; links by scaleout calibrate fit"}};
+  }
+  profile["links"] = links;
+  write_profile(profile, o.out, zoo);
+  os << "wrote " << o.out << "\n";
+}
+
+}  // namespace
+
+LinkMeasurements read_link_measurements(const std::string& file) {
+  const Json j = load_json_file(file);
+  JsonReader top(j, file, "");
+  const std::string schema = top.string("schema");
+  if (schema != kLinksSchema) top.fail("schema", "expected \"" + std::string(kLinksSchema) + "\", got \"" + schema + "\"");
+  top.choice("kind", {"links"});
+  LinkMeasurements m;
+  m.file = file;
+  JsonReader gpu = top.object("gpu");
+  m.gpu_name = gpu.string("name");
+  m.gpu_count = int(gpu.integer("count", 1, 1 << 16));
+  gpu.integer("memory_bytes", 0);
+  gpu.ignore("names");
+  gpu.ignore("pci_bus_ids");
+  gpu.finish();
+  const std::string driver = top.string("driver");
+  const std::string nccl = top.string("nccl_version");
+  const std::string date = top.string("date");
+  m.measured_on = m.gpu_name + " x" + std::to_string(m.gpu_count) + " (driver " + driver + ", NCCL " + nccl + "), " + date +
+                  ", links by scaleout-links";
+  for (const char* k : {"harness", "args", "host", "budget_s", "quick", "cuda_driver_api", "cuda_runtime", "env",
+                        "elapsed_s", "complete", "notes"})
+    top.ignore(k);
+  JsonReader topo = top.object("topology");
+  topo.string("nvidia_smi_topo_m");
+  topo.ignore("link_classes");
+  topo.finish();
+  const Json& p2p = top.raw("p2p");
+  if (!p2p.is_array()) top.fail("p2p", "expected an array");
+  for (std::size_t i = 0; i < p2p.size(); ++i) {
+    const std::string path = "/p2p/" + std::to_string(i);
+    JsonReader r(p2p[i], file, path);
+    LinkRow row;
+    row.source = LinkRow::Source::p2p;
+    row.where = file + ": " + path;
+    row.src = int(r.integer("src", 0, m.gpu_count - 1));
+    row.dst = int(r.integer("dst", 0, m.gpu_count - 1));
+    row.link = r.choice("link", {"local", "nvlink", "pcie", "unknown"});
+    r.boolean("peer_access");
+    row.method = r.choice("method", {"memcpy", "kernel"});
+    row.bytes = double(r.integer("bytes", 1));
+    if (r.has("error")) {
+      r.string("error");
+      r.finish();
+      continue;
+    }
+    read_timing(r, row);
+    r.finish();
+    m.rows.push_back(row);
+  }
+  const Json& coll = top.raw("collectives");
+  if (!coll.is_array()) top.fail("collectives", "expected an array");
+  for (std::size_t i = 0; i < coll.size(); ++i) {
+    const std::string path = "/collectives/" + std::to_string(i);
+    JsonReader r(coll[i], file, path);
+    LinkRow row;
+    row.where = file + ": " + path;
+    const auto kind = parse_collective(r.string("op"));
+    if (!kind) r.fail("op", "expected all_reduce, all_gather, reduce_scatter, all_to_all, broadcast or send_recv");
+    row.kind = *kind;
+    row.ranks = read_ranks(r, m.gpu_count);
+    row.algorithm = r.choice("algorithm", {"auto", "ring", "tree"});
+    if (r.has("error")) {
+      r.string("error");
+      r.ignore("bytes");
+      r.finish();
+      continue;
+    }
+    row.bytes = double(r.integer("bytes", 1));
+    read_timing(r, row);
+    r.finish();
+    m.rows.push_back(row);
+  }
+  top.finish();
+  return m;
+}
+
+ClusterSpec link_cluster(const LinkMeasurements& m, const std::string& gpu_zoo, const std::string& cluster) {
+  ClusterSpec c;
+  std::string where = "--cluster";
+  if (cluster.empty()) {
+    const Json j = {{"name", "measured-" + gpu_zoo + "-x" + std::to_string(m.gpu_count)},
+                    {"gpu", gpu_zoo},
+                    {"nodes", 1},
+                    {"gpus_per_node", m.gpu_count}};
+    c = parse_cluster(j, m.file, "/gpu");
+  } else {
+    c = load_cluster(cluster, &where);
+  }
+  if (c.gpu != gpu_zoo)
+    throw InputError(where, "/gpu", "the cluster's GPU is \"" + c.gpu + "\" but the links were measured on " + gpu_zoo);
+  if (c.gpus() < m.gpu_count)
+    throw InputError(where, "", "the cluster has " + std::to_string(c.gpus()) + " GPUs, the measurements " +
+                                    std::to_string(m.gpu_count));
+  return c;
+}
+
 void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
+  if (file_schema(o.measurements) == kLinksSchema) return calibrate_links_only(o, os);
   std::string gpu_name, measured_on;
   const auto rows = read_measurements(o.measurements, &gpu_name, &measured_on, o.attention_impl);
-  std::string zoo = o.gpu;
-  if (zoo.empty()) {
-    std::string lower;
-    for (char c : gpu_name) lower += char(std::tolower(static_cast<unsigned char>(c)));
-    if (lower.find("h200") != std::string::npos) zoo = "h200";
-    else if (lower.find("h100") != std::string::npos) zoo = lower.find("pcie") != std::string::npos ? "h100-pcie" : "h100-sxm";
-    else if (lower.find("a100") != std::string::npos) zoo = lower.find("40gb") != std::string::npos ? "a100-40g" : "a100-80g";
-    else if (lower.find("b200") != std::string::npos) zoo = "b200";
-    else if (lower.find("l40s") != std::string::npos) zoo = "l40s";
-    else throw InputError(o.measurements, "/gpu/name", "cannot tell which zoo GPU \"" + gpu_name + "\" is; pass --gpu");
-  }
+  const std::string zoo = zoo_gpu(gpu_name, o.gpu, o.measurements);
   const GpuSpec gpu = load_gpu(zoo);
   const FitReport rep = fit_profile(gpu, rows, default_profile(gpu));
   const ComputeProfile& p = rep.profile;
@@ -134,9 +389,6 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
       {"fit", {{"gemm", stats(rep.gemm)}, {"memory", stats(rep.memory)}, {"attention", stats(rep.attention)},
                {"notes", rep.notes}}},
   };
-  std::ofstream f(o.out);
-  if (!f) throw InputError(o.out + ": cannot write the profile");
-  f << out.dump(2) << "\n";
   char buf[256];
   for (const auto& [name, s] : {std::pair{"GEMM", rep.gemm}, {"memory-bound", rep.memory}, {"attention", rep.attention}}) {
     std::snprintf(buf, sizeof buf, "%-13s fitted %4zu, held out %4zu: median error %5.1f%%, worst %5.1f%%\n", name,
@@ -144,6 +396,15 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
     os << buf;
   }
   for (const auto& n : rep.notes) os << "note: " << n << "\n";
+  Json profile = out;
+  if (!o.links.empty()) {
+    if (file_schema(o.links) != kLinksSchema)
+      throw InputError(o.links, "/schema", "--links: expected a scaleout-links/1 measurements file");
+    CalibrateOptions lo = o;
+    lo.residuals.clear();
+    profile["links"] = fit_links_section(lo, o.links, nullptr, os);
+  }
+  write_profile(profile, o.out, zoo);
   if (!o.residuals.empty()) {
     std::ofstream csv(o.residuals);
     if (!csv) throw InputError(o.residuals + ": cannot write");

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "hardware/calibration/fit.hpp"
+#include "hardware/calibration/link_fit.hpp"
 
 namespace scaleout {
 
@@ -13,7 +14,18 @@ struct CalibrateOptions {
   std::string gpu;  // zoo name; empty: derived from the file's GPU name
   std::string attention_impl = "torch_flash";
   std::string residuals;  // optional CSV of every row: measured, predicted, held out  // which attention rows to fit (what PyTorch SDPA runs)
+  std::string links;      // scaleout-links measurements to fit into the profile's "links" (also detected by schema)
+  std::string cluster;    // the machine the links were measured on (shipped name or file); empty: one node of the GPU
+  std::string profile;    // links only: the profile to add "links" to; empty: the GPU's shipped profile
 };
+
+// Reads a scaleout-links measurements file (schema scaleout-links/1) strictly: unknown keys, wrong
+// types and ranks outside the machine are InputErrors naming the file and the JSON path. Rows the
+// harness could not take (an "error" field) are skipped.
+LinkMeasurements read_link_measurements(const std::string& file);
+// The cluster the links were measured on: `cluster` (a shipped name or a file), or one node of the
+// GPU with the measured number of GPUs.
+ClusterSpec link_cluster(const LinkMeasurements& m, const std::string& gpu_zoo, const std::string& cluster);
 
 // Reads a harness measurements file (schema scaleout-measurements/1); bad input throws InputError
 // naming the file and JSON path.

@@ -7,7 +7,9 @@
 #include <sstream>
 
 #include "sim/network/collectives.hpp"
+#include "hardware/link_profile.hpp"
 #include "tools/io/cluster.hpp"
+#include "tools/io/scenario.hpp"
 #include "tools/io/units_parse.hpp"
 
 namespace scaleout {
@@ -129,7 +131,12 @@ void collective_command(const CollectiveOptions& o, std::ostream& os) {
   }
   if (o.cluster.empty()) throw InputError("--cluster: required (a shipped cluster, see --list, or a file)");
   std::string file;
-  const ClusterSpec spec = load_cluster(o.cluster, &file);
+  ClusterSpec spec = load_cluster(o.cluster, &file);
+  // The calibrated link figures of the cluster's GPU (a profile's "links" section), if any.
+  LinkProfile links;
+  if (o.profile == "auto") links = default_profile_for(load_gpu(spec.gpu)).links;
+  else if (o.profile != "datasheet") links = parse_profile(load_json_file(o.profile), o.profile, "", load_gpu(spec.gpu)).links;
+  spec = apply_link_profile(std::move(spec), links);
   const Topology topo = cluster_topology(spec, file, "");
   CollectiveSpec s = make_spec(topo, o.op, o.ranks, o.algo, o.proto, "--");
   if (const auto problem = check_collective(topo, s)) throw InputError("--ranks/--algo: " + *problem);
@@ -145,6 +152,7 @@ void collective_command(const CollectiveOptions& o, std::ostream& os) {
        << topo.node_count() << " node" << (topo.node_count() == 1 ? "" : "s") << " of " << spec.gpus_per_node << " "
        << spec.gpu << ")\n";
     os << "#  algbw = size / time; busbw = algbw * " << factor << " (nccl-tests' factor); GB/s = 1e9 bytes/s\n";
+    if (!links.empty()) os << "#  links calibrated: " << links.measured_on << "\n";
     char line[160];
     std::snprintf(line, sizeof line, "# %14s %12s %9s %9s  %-16s %s\n", "size (B)", "time (us)", "algbw", "busbw",
                   "algorithm", "protocol");
@@ -267,6 +275,9 @@ void register_collective_command(CLI::App& app) {
       ->default_val("8B:8GiB");
   c->add_option("--factor", o->factor, "Size step factor for MIN:MAX")->default_val(2);
   c->add_option("--format", o->format, "Output format")->check(CLI::IsMember({"text", "json"}))->default_val("text");
+  c->add_option("--profile", o->profile,
+                "Link figures: auto (the links of the GPU's shipped profile, when calibrated), datasheet, or a profile file")
+      ->default_val("auto");
   c->callback([o] { collective_command(*o, std::cout); });
 
   // `scaleout validate network FILE`, next to the other validations.

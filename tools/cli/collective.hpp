@@ -19,6 +19,7 @@ struct CollectiveOptions {
   std::string sizes = "8B:8GiB";
   double factor = 2;
   std::string format = "text";
+  std::string profile = "auto";  // link figures: "auto" (the GPU's shipped profile), "datasheet", or a file
   bool list = false;    // print the shipped clusters instead
   bool fields = false;  // print the keys a cluster file takes instead
 };

@@ -94,14 +94,23 @@ void register_commands(CLI::App& app) {
 
   auto copts = std::make_shared<CalibrateOptions>();
   CLI::App* calibrate = app.add_subcommand("calibrate", "Fit hardware profiles to measurements");
-  CLI::App* fit = calibrate->add_subcommand("fit", "Fit a compute profile to harness measurements");
-  fit->add_option("measurements", copts->measurements, "measurements.json from scaleout-harness")->required();
+  CLI::App* fit = calibrate->add_subcommand(
+      "fit", "Fit a profile to harness measurements: a compute profile from scaleout-harness's file, the links of a "
+             "profile from scaleout-links's (schema scaleout-links/1, detected)");
+  fit->add_option("measurements", copts->measurements,
+                  "measurements.json from scaleout-harness, or links.json from scaleout-links")
+      ->required();
   fit->add_option("-o,--out", copts->out, "Profile to write (JSON)")->required();
   fit->add_option("--gpu", copts->gpu, "Zoo GPU the measurements ran on (default: from the file)");
   fit->add_option("--attention-impl", copts->attention_impl,
                   "Attention rows to fit: torch_flash (PyTorch SDPA's flash backend), torch_cudnn, cudnn, own")
       ->default_val("torch_flash");
   fit->add_option("--residuals", copts->residuals, "Write every row's measured and predicted time (CSV)");
+  fit->add_option("--links", copts->links, "Also fit this scaleout-links file into the profile's \"links\" section");
+  fit->add_option("--cluster", copts->cluster,
+                  "Links: the cluster measured (shipped name or file; default one node of the GPU, as many GPUs as measured)");
+  fit->add_option("--profile", copts->profile,
+                  "Links only: the profile to add \"links\" to (default: the GPU's shipped profile, if any)");
   fit->callback([copts] { calibrate_fit(*copts, std::cout); });
   auto hopts = std::make_shared<std::array<std::string, 3>>();
   CLI::App* host = calibrate->add_subcommand("host", "Fit a profile's host overheads to the calibration rows of steps.jsonl");

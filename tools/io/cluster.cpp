@@ -182,6 +182,9 @@ ClusterSpec parse_cluster(const Json& j, const std::string& file, const std::str
   if (c.node_kind != NodeKind::pcie && c.nvlink_bandwidth.value <= 0)
     fail("nvlink_bandwidth", "a " + node + " node needs a positive NVLink bandwidth (the GPU has none)");
   c.nvlink_efficiency = raw.nvlink_efficiency.value_or(default_nvlink_efficiency(c.generation));
+  c.explicit_nvlink_efficiency = raw.nvlink_efficiency.has_value();
+  c.explicit_pcie_efficiency = raw.pcie_efficiency.has_value();
+  c.explicit_network_efficiency = raw.network_efficiency.has_value();
   if (raw.nvlink_latency) c.nvlink_latency = Time::from_seconds(*raw.nvlink_latency);
   const bool nvls_capable = c.node_kind == NodeKind::nvswitch &&
                             (c.generation == GpuGeneration::hopper || c.generation == GpuGeneration::blackwell);

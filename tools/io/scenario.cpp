@@ -163,6 +163,51 @@ GpuSpec load_gpu(const std::string& name) {
   return parse_gpu(load_json_file(f), f, "");
 }
 
+namespace {
+
+// A profile's "links" section (hardware/link_profile.hpp; written by `scaleout calibrate fit --links`).
+LinkProfile parse_link_profile(JsonReader r) {
+  LinkProfile l;
+  l.measured_on = r.string("measured_on");
+  l.source = r.string_or("source", "");
+  r.ignore("cluster");
+  r.ignore("fit");
+  constexpr double kMaxStepS = 1e-3;  // a correction beyond a millisecond per step is a unit mistake
+  const char* classes[] = {"nvlink", "pcie", "network"};
+  std::optional<double>* effs[] = {&l.nvlink_efficiency, &l.pcie_efficiency, &l.network_efficiency};
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (!r.has(classes[i])) {
+      r.ignore(classes[i]);
+      continue;
+    }
+    JsonReader c = r.object(classes[i]);
+    *effs[i] = c.number("efficiency", 1e-3, 1.0);
+    l.tuning.step_latency_s[i] = 1e-6 * c.number_or("step_latency_us", 0, -1e6 * kMaxStepS, 1e6 * kMaxStepS);
+    // What plain copies reach (cudaMemcpyPeer): documentation, checked but not used by the model.
+    if (c.has("p2p_latency")) c.quantity("p2p_latency", QuantityKind::time_s);
+    else c.ignore("p2p_latency");
+    if (c.has("p2p_bandwidth")) c.quantity("p2p_bandwidth", QuantityKind::bandwidth);
+    else c.ignore("p2p_bandwidth");
+    c.finish();
+  }
+  for (const char* algo : {"ring", "tree"}) {
+    if (!r.has(algo)) {
+      r.ignore(algo);
+      continue;
+    }
+    JsonReader a = r.object(algo);
+    const double step = 1e-6 * a.number_or("step_latency_us", 0, -1e6 * kMaxStepS, 1e6 * kMaxStepS);
+    const double eff = a.number("bus_efficiency", 1e-3, 4.0);
+    if (std::string(algo) == "ring") l.tuning.ring_step_latency_s = step, l.tuning.ring_bus_efficiency = eff;
+    else l.tuning.tree_step_latency_s = step, l.tuning.tree_bus_efficiency = eff;
+    a.finish();
+  }
+  r.finish();
+  return l;
+}
+
+}  // namespace
+
 ComputeProfile parse_profile(const Json& j, const std::string& file, const std::string& path, const GpuSpec& gpu) {
   ComputeProfile p = default_profile(gpu);
   JsonReader r(j, file, path);
@@ -214,6 +259,8 @@ ComputeProfile parse_profile(const Json& j, const std::string& file, const std::
   p.host_bwd_kernel = Time::from_seconds(r.quantity_or("host_bwd_kernel", QuantityKind::time_s, p.host_bwd_kernel.seconds()));
   p.host_opt_kernel = Time::from_seconds(r.quantity_or("host_opt_kernel", QuantityKind::time_s, p.host_opt_kernel.seconds()));
   p.host_opt_tensor = Time::from_seconds(r.quantity_or("host_opt_tensor", QuantityKind::time_s, p.host_opt_tensor.seconds()));
+  if (r.has("links")) p.links = parse_link_profile(r.object("links"));
+  else r.ignore("links");
   r.finish();
   return p;
 }
