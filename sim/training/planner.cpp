@@ -183,15 +183,21 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch) {
         it.allocs.push_back({MemCategory::activations, tbytes(t)});
       }
     if (op.param >= 0 && tape_.params[op.param].count > 0) {
-      if (!param_grad_alive_[op.param]) {
+      const double full = tape_.params[op.param].count * dtype_bytes(r.grad);
+      if (shard_.grads > 1 && !shard_.persistent_grads) {
+        // Sharded gradients (ZeRO-2/3, FSDP without no_sync): every micro-batch's full gradient
+        // lives until it is reduce-scattered; the shard stays and accumulates.
+        it.allocs.push_back({MemCategory::grads, param_grad_alive_[op.param] ? full - full / shard_.grads : full});
+        it.frees.push_back({MemCategory::grads, full - full / shard_.grads});
         param_grad_alive_[op.param] = true;
-        const double full = tape_.params[op.param].count * dtype_bytes(r.grad);
-        // Sharded gradients (ZeRO-2/3, FSDP): the full gradient exists until it is
-        // reduce-scattered; the shard stays.
-        it.allocs.push_back({MemCategory::grads, full});
-        if (shard_.grads > 1 && last_micro_batch) it.frees.push_back({MemCategory::grads, full - full / shard_.grads});
+        it.grads_done.push_back(op.param);
+      } else {
+        if (!param_grad_alive_[op.param]) {
+          param_grad_alive_[op.param] = true;
+          it.allocs.push_back({MemCategory::grads, full});
+        }
+        if (last_micro_batch) it.grads_done.push_back(op.param);
       }
-      if (last_micro_batch) it.grads_done.push_back(op.param);
     }
     if (op.bwd_workspace_bytes > 0) {
       it.allocs.push_back({MemCategory::other, op.bwd_workspace_bytes});

@@ -486,6 +486,8 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
         rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(t), {last}, nullptr, CommGroup::dp));
         if (q_of(r) == 0) res.dp_comm_total_s += t;
       }
+      // ZeRO-2 reduce-scatters each micro-batch's gradients as its backward pass ends.
+      if (!w.forward && shard.grads > 1 && !shard.persistent_grads && !gather_params) flush_bucket(true);
       rs.spans[{w.forward, w.chunk, w.mb}] = {first, last};
       if (!w.forward) {
         rs.last_backward = last;

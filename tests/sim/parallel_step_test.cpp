@@ -258,3 +258,27 @@ TEST_CASE("a stall longer than the NCCL timeout fails the step and names the GPU
   CHECK_FALSE(ok.failed);
   CHECK(ok.step_time_s > 45);
 }
+
+TEST_CASE("FSDP and ZeRO-2 keep only gradient shards across accumulated micro-batches", "[parallel][memory]") {
+  for (bool fsdp : {true, false}) {
+    StepConfig c = small_plan(8, 1, 1);
+    c.training.precision = *precision_recipe("bf16-mixed");
+    if (fsdp) c.parallel.fsdp = FsdpMode::full_shard;
+    else c.parallel.zero = 2;
+    c.training.global_batch = 8;  // one micro-batch per rank
+    const StepResult one = simulate_step(c);
+    c.training.global_batch = 8 * 6;  // six accumulated
+    const StepResult six = simulate_step(c);
+    const int g = static_cast<int>(MemCategory::grads);
+    INFO((fsdp ? "fsdp" : "zero2"));
+    // Reduce-scattered every micro-batch: the accumulated shards and at most a layer's full
+    // gradient in flight, far from the full fp32 gradient of every parameter (unsharded: >= 1).
+    CHECK(six.peak_breakdown[g] < 0.3 * six.params_trainable * 4);
+    CHECK(six.peak_bytes == Approx(one.peak_bytes).epsilon(0.05));
+    // Every micro-batch adds one more reduce-scatter of the gradients.
+    c.training.global_batch = 8 * 2;
+    const StepResult two = simulate_step(c);
+    CHECK(two.dp_comm_total_s > one.dp_comm_total_s);
+    CHECK(six.dp_comm_total_s - one.dp_comm_total_s == Approx(5 * (two.dp_comm_total_s - one.dp_comm_total_s)).epsilon(1e-6));
+  }
+}

@@ -115,6 +115,7 @@ std::vector<Scenario> enumerate(const Scenario& base, std::int64_t gpus) {
                   s.parallelism = p;
                   s.training.micro_batch = mb;
                   s.training.recompute = rc;
+                  std::erase_if(s.faults.stragglers, [&](const Straggler& st) { return st.rank >= gpus; });
                   out.push_back(std::move(s));
                 }
               }
@@ -216,6 +217,7 @@ Scenario on_one_gpu(const Scenario& base) {
   Scenario one = base;
   one.nodes = one.gpus_per_node = 1;
   one.parallelism = Parallelism{};
+  one.faults = FaultSpec{};
   return one;
 }
 

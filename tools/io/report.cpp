@@ -72,6 +72,14 @@ Json result_json(const Scenario& s, const StepResult& r, double baseline_tokens_
       {"profile", s.profile.name},
   };
   if (r.extrapolated_from > 0) j["simulated_micro_batches"] = r.extrapolated_from;
+  if (!s.faults.stragglers.empty() || r.simulated_ranks > s.parallelism.pp) {
+    j["simulated_ranks"] = r.simulated_ranks;
+    Json f = {{"peer_wait_s", r.peer_wait_s}, {"peer_wait_exposed_s", r.peer_wait_exposed_s},
+              {"max_peer_wait_s", r.max_peer_wait_s}, {"failed", r.failed}};
+    if (r.waited_for_rank >= 0) f["waited_for_gpu"] = r.waited_for_rank;
+    if (r.failed) f["failure"] = r.failure;
+    j["faults"] = f;
+  }
   if (baseline_tokens_per_s > 0) {
     j["single_gpu_tokens_per_s"] = baseline_tokens_per_s;
     j["speedup_vs_one_gpu"] = r.tokens_per_s / baseline_tokens_per_s;
@@ -142,6 +150,24 @@ void write_text_report(std::ostream& os, const Scenario& s, const StepResult& r,
     os << "  (" << r.micro_batches << " micro-batches accumulated per step";
     if (r.extrapolated_from > 0) os << "; the steady state of " << r.extrapolated_from << " simulated and extended linearly";
     os << ")\n";
+  }
+  if (!s.faults.stragglers.empty() || r.simulated_ranks > s.parallelism.pp) {
+    os << "\nfaults     ";
+    for (const Straggler& st : s.faults.stragglers) {
+      os << "GPU " << st.rank;
+      if (st.compute_slowdown != 1.0) os << " kernels " << fmt("%.2fx", st.compute_slowdown) << " slower";
+      if (st.loader_delay_s > 0) os << ", data loader +" << human_time(st.loader_delay_s) << " per micro-batch";
+      if (st.stall_s > 0) os << ", stalls " << human_time(st.stall_s) << " before micro-batch " << st.stall_micro_batch;
+      os << "; ";
+    }
+    os << r.simulated_ranks << " GPUs simulated" << (r.simulated_ranks > s.parallelism.pp ? " (unfolded)" : " (folded: the straggler's stage stands for its slowest replica)") << "\n";
+    if (r.simulated_ranks > s.parallelism.pp) {
+      os << "  GPU 0 waited " << human_time(r.peer_wait_s) << " in collectives for later peers (" << human_time(r.peer_wait_exposed_s)
+         << " of it with its compute stream idle)";
+      if (r.waited_for_rank >= 0) os << "; the longest wait, " << human_time(r.max_peer_wait_s) << ", was for GPU " << r.waited_for_rank;
+      os << "\n";
+    }
+    if (r.failed) os << "  STEP FAILS: " << r.failure << "\n";
   }
   if (s.claim) {
     os << "\nclaim      " << s.claim->source << ": \"" << s.claim->quote << "\"\n";

@@ -493,6 +493,43 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
   if (s.training.seq_len > (std::int64_t(1) << 22) && s.training.attention == AttentionImpl::naive)
     r.fail("training/seq_len", "naive attention at this length is out of any GPU's reach; use flash");
 
+  // How to simulate: folding alike ranks (auto: folded unless faults break the symmetry).
+  if (r.has("simulation")) {
+    JsonReader sim = r.object("simulation");
+    const std::string fold = sim.choice_or("fold", {"auto", "on", "off"}, "auto");
+    if (fold != "auto") s.fold = fold == "on";
+    sim.finish();
+  } else {
+    r.ignore("simulation");
+  }
+  // Faults in the simulated cluster: stragglers and stalls, and the NCCL timeout they run into.
+  if (r.has("faults")) {
+    JsonReader f = r.object("faults");
+    s.faults.nccl_timeout_s = f.quantity_or("nccl_timeout", QuantityKind::time_s, s.faults.nccl_timeout_s);
+    if (!(s.faults.nccl_timeout_s > 0)) f.fail("nccl_timeout", "expected a positive duration");
+    if (f.has("stragglers")) {
+      const Json& arr = f.raw("stragglers");
+      if (!arr.is_array()) f.fail("stragglers", "expected an array of objects like {\"gpu\": 5, \"slowdown\": 1.2}");
+      for (std::size_t i = 0; i < arr.size(); ++i) {
+        JsonReader g(arr[i], file, f.path("stragglers") + "/" + std::to_string(i));
+        Straggler st;
+        st.rank = g.integer("gpu", 0, s.gpus() - 1);
+        st.compute_slowdown = g.number_or("slowdown", 1.0, 1.0, 1000.0);
+        st.loader_delay_s = g.quantity_or("loader_delay", QuantityKind::time_s, 0.0);
+        st.stall_s = g.quantity_or("stall", QuantityKind::time_s, 0.0);
+        st.stall_micro_batch = g.integer_or("stall_micro_batch", 0, 0, std::int64_t(1) << 32);
+        g.string_or("cause", "");  // documentation: "thermal throttling", "slow data loader", ...
+        if (st.loader_delay_s < 0 || st.stall_s < 0) g.fail(st.stall_s < 0 ? "stall" : "loader_delay", "expected a duration >= 0");
+        g.finish();
+        s.faults.stragglers.push_back(st);
+      }
+    } else {
+      f.ignore("stragglers");
+    }
+    f.finish();
+  } else {
+    r.ignore("faults");
+  }
   if (r.has("claim")) {
     JsonReader cl = r.object("claim");
     Claim claim;

@@ -9,6 +9,7 @@
 #include "hardware/gpu.hpp"
 #include "models/training.hpp"
 #include "models/transformer.hpp"
+#include "sim/training/single_gpu_step.hpp"
 #include "tools/io/json_reader.hpp"
 
 namespace scaleout {
@@ -52,6 +53,8 @@ struct Scenario {
   double intra_node_latency_s = 3e-6;
   double inter_node_latency_s = 6e-6;
   Parallelism parallelism;
+  std::optional<bool> fold;  // simulation.fold; unset: folded unless stragglers break the symmetry
+  FaultSpec faults;
   std::optional<Claim> claim;
   std::int64_t gpus() const { return nodes * gpus_per_node; }
 };

@@ -38,6 +38,11 @@ StepConfig step_config(const Scenario& s) {
   pp.links.intra_node_latency_s = s.intra_node_latency_s;
   pp.links.inter_node_latency_s = s.inter_node_latency_s;
   pp.links.pcie_bandwidth = s.gpu.pcie_bandwidth.value;
+  cfg.faults = s.faults;
+  // Folding is exact while every replica behaves alike; stragglers break that, so unless told
+  // otherwise every GPU is simulated (up to 4,096 of them: beyond, the straggler's stage stands
+  // for its slowest replica, which keeps the step time but not who waits for whom).
+  cfg.fold = s.fold.value_or(s.faults.stragglers.empty() || s.gpus() > 4096);
   return cfg;
 }
 
@@ -45,12 +50,17 @@ StepResult simulate_scenario(const Scenario& s, bool keep_trace) {
   StepConfig cfg = step_config(s);
   cfg.keep_trace = keep_trace;
   // Bound the work: each simulated micro-batch builds tens of tasks per layer on every stage.
-  const double work = double(simulated_micro_batches(cfg)) * double(s.model.layers + 2);
+  if (!cfg.fold && s.gpus() > 65536)
+    throw InputError(s.file, "/simulation/fold", "\"off\" simulates every one of the " + std::to_string(s.gpus()) +
+                                                     " GPUs; at most 65536 unfolded");
+  const double ranks = cfg.fold ? 1.0 : double(s.parallelism.tp * s.parallelism.cp * s.parallelism.dp);
+  const double work = double(simulated_micro_batches(cfg)) * double(s.model.layers + 2) * ranks;
   if (work > 4e6)
     throw InputError(s.file, "/model/layers", std::to_string(s.model.layers) + " layers over " +
                                                    std::to_string(simulated_micro_batches(cfg)) +
-                                                   " simulated micro-batches is beyond what one step simulation holds "
-                                                   "(layers x micro-batches at most 4e6)");
+                                                   " simulated micro-batches" + (cfg.fold ? std::string() : " on each of the unfolded GPUs") +
+                                                   " is beyond what one step simulation holds (layers x micro-batches x unfolded "
+                                                   "replicas at most 4e6)");
   return simulate_step(cfg);
 }
 
@@ -59,6 +69,7 @@ double single_gpu_baseline(const Scenario& s) {
   Scenario one = s;
   one.nodes = one.gpus_per_node = 1;
   one.parallelism = Parallelism{};
+  one.faults = FaultSpec{};  // a healthy GPU
   // The same job on one GPU: the whole global batch by gradient accumulation, so that the
   // optimizer step is amortised over the same tokens. Accumulation is linear in the number of
   // micro-batches (each one the same forward and backward), so two short simulations give it:
