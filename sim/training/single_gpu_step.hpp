@@ -3,10 +3,12 @@
 // optimizer step become kernels issued by a host stream and run in order on the GPU's compute
 // stream, with memory followed allocation by allocation.
 #include <array>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "hardware/compute_model.hpp"
+#include "hardware/topology.hpp"
 #include "models/training.hpp"
 #include "models/transformer.hpp"
 #include "sim/training/memory_tracker.hpp"
@@ -42,6 +44,10 @@ struct StepConfig {
   // stage) into one simulated rank; off simulates every GPU, as stragglers need.
   bool fold = true;
   FaultSpec faults;
+  // When set, collectives and pipeline transfers run as flows on this cluster graph (NCCL's
+  // algorithms, max-min sharing of every link), contending with all concurrent traffic; when
+  // folded, the groups a simulated rank stands for send their (identical) traffic too.
+  std::shared_ptr<const Topology> topology;
   // What the process holds beyond its tensors: the CUDA context, cuBLAS/cuDNN workspaces (outside
   // torch's allocator), and the caching allocator's fragmentation, as a fraction of the peak.
   double context_reserve_bytes = 0.5 * kGiB;

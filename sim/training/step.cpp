@@ -12,6 +12,8 @@
 #include "sim/engine/check.hpp"
 #include "sim/engine/stream.hpp"
 #include "sim/network/collective_model.hpp"
+#include "sim/network/collectives.hpp"
+#include "sim/network/flow_network.hpp"
 #include "sim/training/planner.hpp"
 
 namespace scaleout {
@@ -234,8 +236,15 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   std::vector<std::string> extra_names;
   std::vector<std::array<TaskId, 5>> last_on(nranks);  // last task + 1 on each of a rank's streams (0: none)
 
+  // What each task's time counts as: 0 nothing, else a CommGroup + 1 (the pipeline's sends: pp).
+  std::vector<std::uint8_t> comm_of;
+  StreamExecutor::Launcher launch_next;  // set just before add_task: the task is started by it
   auto add_task = [&](int rank, int track, Time dur, std::vector<TaskId> deps, const Kernel* k) {
-    const TaskId id = ex.add(ranks[rank].streams[track], dur, std::span<const TaskId>(deps.data(), deps.size()));
+    const std::span<const TaskId> dspan(deps.data(), deps.size());
+    const TaskId id = launch_next ? ex.add_launched(ranks[rank].streams[track], std::move(launch_next), dspan)
+                                  : ex.add(ranks[rank].streams[track], dur, dspan);
+    launch_next = nullptr;
+    comm_of.resize(id + 1, 0);
     deps_of.resize(id + 1);
     kernel_of.resize(id + 1, nullptr);
     rank_of.resize(id + 1, 0);
@@ -247,6 +256,89 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     last_on[rank][track] = id + 1;
     return id;
   };
+
+  // Flows on the cluster graph. A simulated rank's group, as global ranks; folded, the other
+  // groups of the same kind and stage that share a node with it, or the fabric, run alongside.
+  std::unique_ptr<FlowNetwork> net;
+  if (cfg.topology) {
+    SCALEOUT_CHECK(cfg.topology->gpu_count() >= par.gpus(), "the cluster graph has fewer GPUs than the plan");
+    net = std::make_unique<FlowNetwork>(sim, *cfg.topology);
+  }
+  const std::int64_t stride_tp = group_stride(par, CommGroup::tp), stride_cp = group_stride(par, CommGroup::cp);
+  const std::int64_t stride_dp = group_stride(par, CommGroup::dp), stride_pp = group_stride(par, CommGroup::pp);
+  struct Coords {
+    std::int64_t tp, cp, dp, s;
+  };
+  auto coords_of = [&](int r) {
+    const std::int64_t q = q_of(r);
+    return Coords{q % par.tp, (q / par.tp) % par.cp, q / (par.tp * par.cp), stage_of(r)};
+  };
+  auto global_of = [&](const Coords& c) { return int(c.tp * stride_tp + c.cp * stride_cp + c.dp * stride_dp + c.s * stride_pp); };
+  auto members_of = [&](CommGroup g, Coords c) {
+    std::vector<int> out;
+    const std::int64_t ep = std::max<std::int64_t>(1, par.ep);
+    const std::int64_t n = group_size(g);
+    for (std::int64_t i = 0; i < n; ++i) {
+      Coords x = c;
+      if (g == CommGroup::tp) x.tp = i;
+      else if (g == CommGroup::cp) x.cp = i;
+      else if (g == CommGroup::dp) x.dp = i;
+      else if (g == CommGroup::ep) x.dp = c.dp / ep * ep + i;
+      out.push_back(global_of(x));
+    }
+    return out;
+  };
+  auto node_set = [&](const std::vector<int>& ranks_) {
+    std::set<int> n;
+    for (int x : ranks_) n.insert(cfg.topology->node_of(x));
+    return n;
+  };
+  auto shares_links = [&](const std::set<int>& a, const std::set<int>& b) {
+    if (a.size() > 1 && b.size() > 1) return true;  // both cross the fabric
+    for (int x : b)
+      if (a.count(x)) return true;
+    return false;
+  };
+  std::map<std::pair<int, std::int64_t>, std::vector<std::vector<int>>> shadow_cache;  // (group kind, stage)
+  auto shadows_of = [&](CommGroup g, const Coords& c, const std::vector<int>& rep_members) -> const std::vector<std::vector<int>>& {
+    auto key = std::make_pair(int(g), c.s);
+    auto it = shadow_cache.find(key);
+    if (it != shadow_cache.end()) return it->second;
+    std::vector<std::vector<int>> out;
+    const std::set<int> mine = node_set(rep_members);
+    std::set<std::vector<int>> seen{rep_members};
+    for (std::int64_t dp_i = 0; dp_i < par.dp; ++dp_i)
+      for (std::int64_t cp_i = 0; cp_i < par.cp; ++cp_i)
+        for (std::int64_t tp_i = 0; tp_i < par.tp; ++tp_i) {
+          std::vector<int> sorted = members_of(g, Coords{tp_i, cp_i, dp_i, c.s});
+          std::sort(sorted.begin(), sorted.end());
+          if (!seen.insert(sorted).second) continue;
+          if (shares_links(mine, node_set(sorted))) out.push_back(members_of(g, Coords{tp_i, cp_i, dp_i, c.s}));
+        }
+    return shadow_cache.emplace(key, std::move(out)).first->second;
+  };
+  auto spec_of = [&](CollectiveKind kind, std::vector<int> members, double bytes) {
+    CollectiveSpec sp;
+    sp.kind = kind;
+    sp.ranks = std::move(members);
+    sp.bytes = bytes;
+    sp.tag = sp.ranks.empty() ? 0 : sp.ranks.front();
+    return sp;
+  };
+  // Flow-mode launchers: folded, one group's collective plus its shadows; unfolded, the group's
+  // collective once every member's task has started.
+  auto folded_launcher = [&](CollectiveSpec rep_spec, std::vector<CollectiveSpec> extra) -> StreamExecutor::Launcher {
+    return [&, rep_spec = std::move(rep_spec), extra = std::move(extra)](TaskId id) {
+      run_collective(*net, rep_spec, [&ex, id] { ex.finish(id); });
+      for (const CollectiveSpec& sh : extra) run_collective(*net, sh, [] {});
+    };
+  };
+  struct Rendezvous {
+    std::size_t expected = 0;
+    std::vector<TaskId> waiting;
+    CollectiveSpec spec;
+  };
+  std::map<TaskId, Rendezvous> rendezvous;  // barrier -> the members' launched tasks
 
   // Unfolded, a collective starts when every member of its group has reached it: a zero-length
   // barrier task per occurrence (the k-th collective of a group on each member) waits for the
@@ -260,8 +352,22 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     std::vector<TaskId> after;
   };
   std::map<TaskId, std::vector<Arrival>> arrivals;  // barrier -> members and what they waited for
-  auto sync_task = [&](int rank, int track, Time dur, std::vector<TaskId> deps, const Kernel* k, CommGroup g) {
-    if (cfg.fold || group_size(g) <= 1) return add_task(rank, track, dur, std::move(deps), k);
+  auto sync_task = [&](int rank, int track, Time dur, std::vector<TaskId> deps, const Kernel* k, CommGroup g,
+                       CollectiveKind kind, double bytes) {
+    const std::uint8_t label = std::uint8_t(int(g) + 1);
+    if (group_size(g) <= 1) return add_task(rank, track, dur, std::move(deps), k);
+    if (cfg.fold) {
+      if (net) {
+        const Coords c = coords_of(rank);
+        std::vector<int> mem = members_of(g, c);
+        std::vector<CollectiveSpec> extra;
+        for (const auto& sh : shadows_of(g, c, mem)) extra.push_back(spec_of(kind, sh, bytes));
+        launch_next = folded_launcher(spec_of(kind, std::move(mem), bytes), std::move(extra));
+      }
+      const TaskId id = add_task(rank, track, dur, std::move(deps), k);
+      comm_of[id] = label;
+      return id;
+    }
     const std::int64_t gid = group_id(g, rank);
     const auto key = std::make_tuple(int(g), gid, occurrences[rank][int(g)]++);
     auto it = barriers.find(key);
@@ -285,7 +391,24 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
       deps_of[b].push_back(d);
     }
     arrivals[b].push_back({rank, std::move(after)});
-    return add_task(rank, track, dur, {b}, k);
+    if (net) {
+      Rendezvous& rv = rendezvous[b];
+      if (rv.expected == 0) {
+        rv.expected = std::size_t(group_size(g));
+        rv.spec = spec_of(kind, members_of(g, coords_of(rank)), bytes);
+      }
+      launch_next = [&, b](TaskId id) {
+        Rendezvous& w = rendezvous[b];
+        w.waiting.push_back(id);
+        if (w.waiting.size() == w.expected)
+          run_collective(*net, w.spec, [&ex, &w] {
+            for (TaskId t : w.waiting) ex.finish(t);
+          });
+      };
+    }
+    const TaskId id = add_task(rank, track, dur, {b}, k);
+    comm_of[id] = label;
+    return id;
   };
 
   // Build each stage's chunks.
@@ -353,7 +476,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
         }
         std::vector<TaskId> deps{h};
         if (k == 0) deps.insert(deps.end(), first_deps.begin(), first_deps.end());
-        const TaskId g = coll ? sync_task(rank, kCompute, dt, std::move(deps), &kernel, kernel.group)
+        const TaskId g = coll ? sync_task(rank, kCompute, dt, std::move(deps), &kernel, kernel.group, kernel.coll, kernel.bytes)
                               : add_task(rank, kCompute, dt, std::move(deps), &kernel);
         if (k == 0) first = g;
         last = g;
@@ -391,11 +514,11 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     auto flush_bucket = [&](bool force) {
       if (bucket <= 0 || (!force && bucket < par.ddp_bucket_bytes)) return;
       const bool reduce_scatter = par.zero >= 2;
-      const double t = collective_time(cfg, reduce_scatter ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
-                                       CommGroup::dp, bucket, s);
+      const CollectiveKind kind = reduce_scatter ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce;
+      const double t = collective_time(cfg, kind, CommGroup::dp, bucket, s);
       std::vector<TaskId> deps{bucket_task};
       if (!par.overlap_grad_reduce) deps = {rs.last_backward};
-      rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(t), deps, nullptr, CommGroup::dp));
+      rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(t), deps, nullptr, CommGroup::dp, kind, bucket));
       if (q_of(r) == 0) res.dp_comm_total_s += t;
       bucket = 0;
     };
@@ -435,12 +558,16 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
           const bool need = w.forward || regather_in_backward;
           if (need && gathered_bytes > 0) {
             double t = collective_time(cfg, CollectiveKind::all_gather, CommGroup::dp, lp * dtype_bytes(gather_dtype), s);
-            // Offloaded parameters: this rank's shard crosses PCIe before the gather.
-            if (par.offload_params)
-              t += lp * dtype_bytes(gather_dtype) / gathered_shard_params / std::max(par.links.pcie_bandwidth, 1.0);
             std::vector<TaskId> gdeps;
             if (started) gdeps.push_back(first);  // prefetch: once this pass has started
-            layer_gather = sync_task(r, kDpComm, Time::from_seconds(t), gdeps, nullptr, CommGroup::dp);
+            // Offloaded parameters: this rank's shard crosses PCIe before the gather.
+            if (par.offload_params) {
+              const double h2d = lp * dtype_bytes(gather_dtype) / gathered_shard_params / std::max(par.links.pcie_bandwidth, 1.0);
+              if (net) gdeps = {add_task(r, kDpComm, Time::from_seconds(h2d), gdeps, nullptr)};
+              else t += h2d;
+            }
+            layer_gather = sync_task(r, kDpComm, Time::from_seconds(t), gdeps, nullptr, CommGroup::dp, CollectiveKind::all_gather,
+                                     lp * dtype_bytes(gather_dtype));
             if (q_of(r) == 0) res.dp_comm_total_s += t;
             opens[layer_gather].push_back({MemCategory::other, gathered_bytes});
             first_deps.push_back(layer_gather);
@@ -477,13 +604,20 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
         double bytes = 0;
         for (const ParamRec& prm : ch.tape.params) bytes += prm.count * gdt;
         double t = collective_time(cfg, CollectiveKind::reduce_scatter, CommGroup::dp, bytes, s);
-        if (par.fsdp == FsdpMode::hybrid_shard && par.dp > shard_group) {
+        const bool hybrid = par.fsdp == FsdpMode::hybrid_shard && par.dp > shard_group;
+        if (hybrid) {
           StepConfig inter = cfg;
           inter.parallel.dp = par.dp / shard_group;
           inter.parallel.tp = par.tp * shard_group;
           t += collective_time(inter, CollectiveKind::all_reduce, CommGroup::dp, bytes / double(shard_group), s);
+          // Two groups (shard inside the node, replicate across): costed in closed form.
+          const TaskId keep = add_task(r, kDpComm, Time::from_seconds(t), {last}, nullptr);
+          comm_of[keep] = std::uint8_t(int(CommGroup::dp) + 1);
+          rs.dp_tasks.push_back(keep);
+        } else {
+          rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(t), {last}, nullptr, CommGroup::dp,
+                                          CollectiveKind::reduce_scatter, bytes));
         }
-        rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(t), {last}, nullptr, CommGroup::dp));
         if (q_of(r) == 0) res.dp_comm_total_s += t;
       }
       // ZeRO-2 reduce-scatters each micro-batch's gradients as its backward pass ends.
@@ -508,7 +642,28 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
         const LinkParams& l = par.links;
         const double bw = cross ? l.inter_node_bandwidth * l.inter_node_efficiency : l.intra_node_bandwidth * l.intra_node_efficiency;
         const double t = (cross ? l.inter_node_latency_s : l.intra_node_latency_s) + bytes / std::max(bw, 1.0);
+        if (net) {
+          const Coords c = coords_of(r);
+          Coords d = c;
+          d.s = dest_stage;
+          const int src_g = global_of(c), dst_g = global_of(d);
+          std::vector<CollectiveSpec> extra;
+          if (cfg.fold) {
+            // The other replicas' transfers between the same stages that share a node with this one.
+            const std::set<int> mine{cfg.topology->node_of(src_g), cfg.topology->node_of(dst_g)};
+            for (std::int64_t dp_i = 0; dp_i < par.dp; ++dp_i)
+              for (std::int64_t cp_i = 0; cp_i < par.cp; ++cp_i)
+                for (std::int64_t tp_i = 0; tp_i < par.tp; ++tp_i) {
+                  if (dp_i == c.dp && cp_i == c.cp && tp_i == c.tp) continue;
+                  const int a = global_of({tp_i, cp_i, dp_i, c.s}), b2 = global_of({tp_i, cp_i, dp_i, dest_stage});
+                  if (mine.count(cfg.topology->node_of(a)) || mine.count(cfg.topology->node_of(b2)))
+                    extra.push_back(spec_of(CollectiveKind::send_recv, {a, b2}, bytes));
+                }
+          }
+          launch_next = folded_launcher(spec_of(CollectiveKind::send_recv, {src_g, dst_g}, bytes), std::move(extra));
+        }
         const TaskId send = add_task(r, w.forward ? kSendFwd : kSendBwd, Time::from_seconds(t), {last}, nullptr);
+        comm_of[send] = std::uint8_t(int(CommGroup::pp) + 1);
         if (q_of(r) == 0) res.pp_comm_s += t;
         sends[{dest_rank, w.forward, dest_chunk, w.mb}] = send;
       }
@@ -551,7 +706,8 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
       double n = 0;
       for (auto& ch : rs.chunks) n += ch.planner->trainable_params();
       const double t = collective_time(cfg, CollectiveKind::all_gather, CommGroup::dp, n * dtype_bytes(tr.precision.param), s);
-      sync_task(r, kDpComm, Time::from_seconds(t), {ex.task_count() > 0 ? TaskId(ex.task_count() - 1) : 0}, nullptr, CommGroup::dp);
+      sync_task(r, kDpComm, Time::from_seconds(t), {ex.task_count() > 0 ? TaskId(ex.task_count() - 1) : 0}, nullptr, CommGroup::dp,
+                CollectiveKind::all_gather, n * dtype_bytes(tr.precision.param));
       if (q_of(r) == 0) res.dp_comm_total_s += t;
     }
   }
@@ -579,6 +735,25 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   ex.start();
   sim.run();
   SCALEOUT_CHECK(ex.all_finished(), "step simulation ended with tasks left: a dependency cycle in the schedule");
+  if (net) {
+    // On the network, a transfer lasts what the flows made of it.
+    std::fill(rank_tp.begin(), rank_tp.end(), 0.0);
+    std::fill(rank_cp.begin(), rank_cp.end(), 0.0);
+    std::fill(rank_ep.begin(), rank_ep.end(), 0.0);
+    res.dp_comm_total_s = res.pp_comm_s = 0;
+    for (TaskId id = 0; id < comm_of.size(); ++id) {
+      if (comm_of[id] == 0) continue;
+      const double d = (ex.finish_time(id) - ex.start_time(id)).seconds();
+      const int r = rank_of[id];
+      switch (static_cast<CommGroup>(comm_of[id] - 1)) {
+        case CommGroup::tp: rank_tp[r] += d; break;
+        case CommGroup::cp: rank_cp[r] += d; break;
+        case CommGroup::ep: rank_ep[r] += d; break;
+        case CommGroup::dp: if (q_of(r) == 0) res.dp_comm_total_s += d; break;
+        case CommGroup::pp: if (q_of(r) == 0) res.pp_comm_s += d; break;
+      }
+    }
+  }
 
   Time end = Time::zero();
   std::uint64_t fp = 1469598103934665603ull;

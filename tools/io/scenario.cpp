@@ -404,7 +404,14 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
   // A shipped or given cluster file (hardware/clusters) fixes the node and fabric; its links
   // give the groups' bandwidths. Without one, the GPU's usual server and a non-blocking fabric.
   std::optional<ClusterSpec> topo;
-  if (c.has("topology")) {
+  if (c.has("topology") && c.raw("topology").is_object()) {
+    // An inline cluster object, as a cluster file would have it.
+    Json inline_cluster = c.raw("topology");
+    if (!inline_cluster.contains("gpu")) inline_cluster["gpu"] = gpu_name;
+    topo = parse_cluster(inline_cluster, file, "/cluster/topology");
+    if (topo->gpu != s.gpu.name)
+      c.fail("topology", "the inline cluster has " + topo->gpu + " GPUs, the scenario names " + s.gpu.name);
+  } else if (c.has("topology")) {
     const std::string t = c.string("topology");
     const auto rel = std::filesystem::path(file).parent_path() / t;
     try {
@@ -446,6 +453,10 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
   s.inter_node_bandwidth = nic * double(nics) / double(s.gpus_per_node);
   s.intra_node_latency_s = c.quantity_or("intra_node_latency", QuantityKind::time_s, s.intra_node_latency_s);
   s.inter_node_latency_s = c.quantity_or("inter_node_latency", QuantityKind::time_s, s.inter_node_latency_s);
+  if (topo) {
+    topo->nodes = int(s.nodes);  // the scenario may use fewer nodes than the cluster has
+    s.cluster_spec = *topo;
+  }
   if (c.has("memory")) s.gpu.memory = Bytes{c.quantity("memory", QuantityKind::bytes)};
   else c.ignore("memory");
   const std::string prof = c.string_or("profile", "auto");
@@ -498,6 +509,7 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
     JsonReader sim = r.object("simulation");
     const std::string fold = sim.choice_or("fold", {"auto", "on", "off"}, "auto");
     if (fold != "auto") s.fold = fold == "on";
+    s.network = sim.choice_or("network", {"analytic", "flow"}, s.network);
     sim.finish();
   } else {
     r.ignore("simulation");
@@ -529,6 +541,18 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
     f.finish();
   } else {
     r.ignore("faults");
+  }
+  if (s.network == "flow" && !s.cluster_spec) {
+    // No cluster graph given: the GPU's usual server, a NIC per GPU at the scenario's speed, and
+    // a non-blocking rail-optimised fabric, as the analytic figures assume.
+    Json cl = {{"gpu", s.gpu.name}, {"nodes", s.nodes}, {"gpus_per_node", s.gpus_per_node},
+               {"nics_per_node", s.gpus_per_node},
+               {"nic_bandwidth", std::to_string(s.inter_node_bandwidth / 1e9) + " GB/s"}};
+    try {
+      s.cluster_spec = parse_cluster(cl, file, "/cluster");
+    } catch (const InputError& e) {
+      r.fail("simulation", std::string("\"network\": \"flow\" needs a cluster graph: give cluster.topology (") + e.what() + ")");
+    }
   }
   if (r.has("claim")) {
     JsonReader cl = r.object("claim");

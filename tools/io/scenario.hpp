@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "hardware/cluster.hpp"
 #include "hardware/compute_profile.hpp"
 #include "hardware/gpu.hpp"
 #include "models/training.hpp"
@@ -53,6 +54,11 @@ struct Scenario {
   double intra_node_latency_s = 3e-6;
   double inter_node_latency_s = 6e-6;
   Parallelism parallelism;
+  // The cluster's graph (cluster.topology), when one was named or given inline.
+  std::optional<ClusterSpec> cluster_spec;
+  // simulation.network: "analytic" costs each collective by its closed form on the group's
+  // links; "flow" runs it as flows on the cluster's graph, contending with concurrent traffic.
+  std::string network = "analytic";
   std::optional<bool> fold;  // simulation.fold; unset: folded unless stragglers break the symmetry
   FaultSpec faults;
   std::optional<Claim> claim;

@@ -1,6 +1,7 @@
 #include "tools/io/simulate.hpp"
 
 #include "sim/training/step.hpp"
+#include "tools/io/cluster.hpp"
 #include "tools/io/input_error.hpp"
 #include "tools/io/report.hpp"
 
@@ -39,6 +40,11 @@ StepConfig step_config(const Scenario& s) {
   pp.links.inter_node_latency_s = s.inter_node_latency_s;
   pp.links.pcie_bandwidth = s.gpu.pcie_bandwidth.value;
   cfg.faults = s.faults;
+  if (s.network == "flow" && s.cluster_spec) {
+    ClusterSpec spec = *s.cluster_spec;
+    if (spec.nodes * spec.gpus_per_node < s.gpus()) spec.nodes = int((s.gpus() + spec.gpus_per_node - 1) / spec.gpus_per_node);
+    cfg.topology = std::make_shared<const Topology>(cluster_topology(spec, s.file, "/cluster/topology"));
+  }
   // Folding is exact while every replica behaves alike; stragglers break that, so unless told
   // otherwise every GPU is simulated (up to 4,096 of them: beyond, the straggler's stage stands
   // for its slowest replica, which keeps the step time but not who waits for whom).
