@@ -436,7 +436,16 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   }
 
   // Memory effects hang on tasks: allocations when a task starts, frees when it ends.
-  std::map<TaskId, std::vector<MemOp>> opens, closes;
+  // Indexed by task (grown on demand): flat, as every task's start and finish looks here.
+  struct MemOpsByTask {
+    std::vector<std::vector<MemOp>> v;
+    std::vector<MemOp>& operator[](TaskId id) {
+      if (id >= v.size()) v.resize(std::size_t(id) + 1);
+      return v[id];
+    }
+    const std::vector<MemOp>* find(TaskId id) const { return id < v.size() && !v[id].empty() ? &v[id] : nullptr; }
+  };
+  MemOpsByTask opens, closes;
   std::vector<std::unique_ptr<PlanItem>> keep_items;
   auto host_cost = [&](Phase p) {
     switch (p) {
@@ -723,14 +732,12 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     }
 
   ex.on_start([&](TaskId id, Time at) {
-    auto it = opens.find(id);
-    if (it != opens.end())
-      for (const MemOp& mo : it->second) ranks[rank_of[id]].mem.alloc(mo.category, mo.bytes, at);
+    if (const auto* ops = opens.find(id))
+      for (const MemOp& mo : *ops) ranks[rank_of[id]].mem.alloc(mo.category, mo.bytes, at);
   });
   ex.on_finish([&](TaskId id, Time at) {
-    auto it = closes.find(id);
-    if (it != closes.end())
-      for (const MemOp& mo : it->second) ranks[rank_of[id]].mem.free(mo.category, mo.bytes, at);
+    if (const auto* ops = closes.find(id))
+      for (const MemOp& mo : *ops) ranks[rank_of[id]].mem.free(mo.category, mo.bytes, at);
   });
   ex.start();
   sim.run();

@@ -85,11 +85,14 @@ void register_commands(CLI::App& app) {
   single->add_option("--profile", vopts->profile, "auto, datasheet, or a profile file")->default_val("auto");
   single->add_option("--gpu", vopts->gpu, "GPU the measurements ran on")->default_val("h200");
   single->callback([vopts] { validate_single_gpu(*vopts, std::cout); });
-  auto popts = std::make_shared<std::array<std::string, 2>>();
+  auto popts = std::make_shared<std::array<std::string, 3>>();
   CLI::App* parallel = validate->add_subcommand("parallel", "Published Megatron runs (SC21 Table 1, Korthikanti Table 5)");
   parallel->add_option("runs", (*popts)[0], "reference_runs.json")->required();
   parallel->add_option("--only", (*popts)[1], "Only rows whose id contains this");
-  parallel->callback([popts] { validate_parallel((*popts)[0], (*popts)[1], std::cout); });
+  parallel->add_option("--network", (*popts)[2], "analytic or flow (simulation.network of every row)")
+      ->check(CLI::IsMember({"analytic", "flow"}))
+      ->default_val("analytic");
+  parallel->callback([popts] { validate_parallel((*popts)[0], (*popts)[1], std::cout, (*popts)[2]); });
   validate->require_subcommand(1);
 
   auto copts = std::make_shared<CalibrateOptions>();

@@ -31,6 +31,7 @@ void calibrate_host(const std::string& steps, const std::string& profile_in, con
 bool validate_single_gpu(const ValidateOptions& o, std::ostream& os);
 
 // The published Megatron rows (validation/parallel/reference_runs.json) as scenarios, predicted.
-bool validate_parallel(const std::string& file, const std::string& only, std::ostream& os);
+bool validate_parallel(const std::string& file, const std::string& only, std::ostream& os,
+                       const std::string& network = "analytic");
 
 }  // namespace scaleout

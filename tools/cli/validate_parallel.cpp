@@ -64,7 +64,7 @@ double published_iteration_time(const Json& row) {
   return F / (row.at("tflops_per_gpu").get<double>() * 1e12 * row.at("n_gpus").get<double>());
 }
 
-bool validate_parallel(const std::string& file, const std::string& only, std::ostream& os) {
+bool validate_parallel(const std::string& file, const std::string& only, std::ostream& os, const std::string& network) {
   const Json rows = load_json_file(file);
   if (!rows.is_array()) throw InputError(file, "", "expected an array of published runs");
   os << "| run | GPUs | dp/tp/pp/v | published iteration | predicted | error | bubble | exposed comm | peak memory | fits |\n";
@@ -78,7 +78,9 @@ bool validate_parallel(const std::string& file, const std::string& only, std::os
     const bool has_time = (row.contains("iteration_time_s") && row["iteration_time_s"].is_number()) ||
                           (row.contains("tflops_per_gpu") && row["tflops_per_gpu"].is_number());
     if (!has_time) continue;  // Table 4 (per-layer times) and Appendix C rows carry no iteration time
-    const Scenario s = parse_scenario(reference_scenario(row), file + "#" + id);
+    Json sj = reference_scenario(row);
+    sj["simulation"] = {{"network", network}};
+    const Scenario s = parse_scenario(sj, file + "#" + id);
     const auto t0 = std::chrono::steady_clock::now();
     const StepResult r = simulate_scenario(s);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

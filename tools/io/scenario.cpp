@@ -509,10 +509,11 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
     JsonReader sim = r.object("simulation");
     const std::string fold = sim.choice_or("fold", {"auto", "on", "off"}, "auto");
     if (fold != "auto") s.fold = fold == "on";
-    s.network = sim.choice_or("network", {"analytic", "flow"}, s.network);
+    s.network = sim.choice_or("network", {"analytic", "flow"}, s.cluster_spec ? "flow" : "analytic");
     sim.finish();
   } else {
     r.ignore("simulation");
+    if (s.cluster_spec) s.network = "flow";  // a cluster graph was given: simulate on it
   }
   // Faults in the simulated cluster: stragglers and stalls, and the NCCL timeout they run into.
   if (r.has("faults")) {

@@ -58,6 +58,7 @@ struct Scenario {
   std::optional<ClusterSpec> cluster_spec;
   // simulation.network: "analytic" costs each collective by its closed form on the group's
   // links; "flow" runs it as flows on the cluster's graph, contending with concurrent traffic.
+  // Default: "flow" when cluster.topology gives a graph, else "analytic".
   std::string network = "analytic";
   std::optional<bool> fold;  // simulation.fold; unset: folded unless stragglers break the symmetry
   FaultSpec faults;
