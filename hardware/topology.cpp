@@ -96,6 +96,42 @@ LinkId Topology::add_link(VertexId a, VertexId b, double bandwidth, Time latency
   return ab;
 }
 
+void Topology::degrade_link(LinkId id, double factor) {
+  SCALEOUT_CHECK(id < links_.size() && factor > 0 && factor <= 1, "degrade_link: unknown link or factor outside (0, 1]");
+  const LinkId a = id & ~LinkId(1);
+  links_[a].bandwidth *= factor;
+  links_[a + 1].bandwidth *= factor;
+}
+
+bool Topology::fail_link(LinkId id) {
+  SCALEOUT_CHECK(id < links_.size(), "fail_link: unknown link");
+  const LinkId a = id & ~LinkId(1);
+  links_[a].failed = links_[a + 1].failed = true;
+  dist_cache_.clear();
+  // A NIC cut off from the fabric: its GPUs use another NIC of the node that still reaches it.
+  for (const VertexId end : {links_[a].src, links_[a].dst}) {
+    if (graph_[end].kind != VertexKind::nic) continue;
+    bool reaches = false;
+    for (auto [e, last] = boost::out_edges(end, graph_); e != last; ++e)
+      if (!links_[graph_[*e].id].failed && links_[graph_[*e].id].kind == LinkKind::network) reaches = true;
+    if (reaches) continue;
+    const NodeInfo& n = nodes_[std::size_t(graph_[end].node)];
+    VertexId replacement = kNoVertex;
+    for (VertexId v : n.vertices) {
+      if (graph_[v].kind != VertexKind::nic || v == end) continue;
+      for (auto [e, last] = boost::out_edges(v, graph_); e != last; ++e)
+        if (!links_[graph_[*e].id].failed && links_[graph_[*e].id].kind == LinkKind::network) replacement = v;
+      if (replacement != kNoVertex) break;
+    }
+    for (int r = n.first_rank; r < n.first_rank + n.gpus; ++r)
+      if (rank_nic_[std::size_t(r)] == end) {
+        if (replacement == kNoVertex) return false;
+        rank_nic_[std::size_t(r)] = replacement;
+      }
+  }
+  return true;
+}
+
 void Topology::set_nic(int rank, VertexId nic) {
   SCALEOUT_CHECK(rank >= 0 && rank < gpu_count() && nic < vertex_count() && graph_[nic].kind == VertexKind::nic,
                  "topology: set_nic of an unknown rank or a vertex that is not a NIC");

@@ -59,7 +59,8 @@ struct Link {
   double efficiency = 1;  // fraction usable by payload
   Time latency;
   LinkKind kind = LinkKind::nvlink;
-  double capacity() const { return bandwidth * efficiency; }
+  bool failed = false;    // a failed link carries nothing and routes avoid it
+  double capacity() const { return failed ? 0.0 : bandwidth * efficiency; }
 };
 
 // Calibrated corrections to NCCL's collective model (fitted by hardware/calibration/link_fit.hpp
@@ -97,6 +98,12 @@ class Topology {
   // A full-duplex link: two directed links of the same figures. Returns the a->b link (b->a is +1).
   LinkId add_link(VertexId a, VertexId b, double bandwidth, Time latency, double efficiency, LinkKind kind);
   void set_nic(int rank, VertexId nic);  // the NIC a GPU sends and receives inter-node traffic on
+  // Faults: a full-duplex link (both directions of `id`'s pair) running at `factor` of its
+  // bandwidth, or failed; routes are recomputed around a failed link (ECMP picks among what is
+  // left). A GPU whose NIC lost its network link moves to the nearest other NIC of its node
+  // (NCCL's PXN, or the NIC excluded at restart). Returns false when nothing can replace it.
+  void degrade_link(LinkId id, double factor);
+  bool fail_link(LinkId id);
   void set_generation(GpuGeneration g) { generation_ = g; }
   void set_tuning(const CollectiveTuning& t) { tuning_ = t; }
   void set_name(std::string name) { name_ = std::move(name); }
@@ -141,7 +148,9 @@ class Topology {
   };
   bool transit(VertexId v, Scope s) const;
   int slot(VertexId v, Scope s) const { return s == Scope::fabric ? fabric_slot_[v] : node_slot_[v]; }
-  bool usable(LinkId l, Scope s) const { return s != Scope::nvlink || links_[l].kind == LinkKind::nvlink; }
+  bool usable(LinkId l, Scope s) const {
+    return !links_[l].failed && (s != Scope::nvlink || links_[l].kind == LinkKind::nvlink);
+  }
   const DistTable& distances(VertexId dst, Scope s) const;
   bool segment(VertexId src, VertexId dst, Scope s, std::uint64_t hash, std::vector<LinkId>& out) const;
   bool walk(VertexId src, VertexId dst, Scope s, std::uint64_t hash, std::vector<LinkId>& out) const;

@@ -539,10 +539,55 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
     } else {
       f.ignore("stragglers");
     }
+    if (f.has("links")) {
+      const Json& arr = f.raw("links");
+      if (!arr.is_array()) f.fail("links", "expected an array of objects like {\"nic\": [1, 0], \"failed\": true}");
+      for (std::size_t i = 0; i < arr.size(); ++i) {
+        const std::string where = f.path("links") + "/" + std::to_string(i);
+        JsonReader g(arr[i], file, where);
+        Scenario::LinkFault lf;
+        lf.path = where;
+        int kinds = 0;
+        for (const char* k : {"nic", "nvlink"})
+          if (g.has(k)) {
+            ++kinds;
+            const Json& pair = g.raw(k);
+            if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer() || !pair[1].is_number_integer())
+              g.fail(k, std::string("expected [node, ") + (std::string(k) == "nic" ? "NIC" : "GPU") + " index in the node]");
+            lf.kind = k;
+            lf.node = pair[0].get<std::int64_t>();
+            lf.index = pair[1].get<std::int64_t>();
+            if (lf.node < 0 || lf.node >= s.nodes || lf.index < 0 || lf.index >= s.gpus_per_node)
+              g.fail(k, "[" + std::to_string(lf.node) + ", " + std::to_string(lf.index) + "] is outside the " +
+                            std::to_string(s.nodes) + " nodes of " + std::to_string(s.gpus_per_node));
+          } else {
+            g.ignore(k);
+          }
+        if (g.has("fabric")) {
+          ++kinds;
+          lf.kind = "fabric";
+          lf.index = g.integer("fabric", 0, std::int64_t(1) << 30);
+        } else {
+          g.ignore("fabric");
+        }
+        if (kinds != 1) g.fail("", "expected exactly one of \"nic\": [node, nic], \"nvlink\": [node, gpu], \"fabric\": index");
+        lf.failed = g.boolean_or("failed", false);
+        lf.factor = g.number_or("bandwidth_factor", 1.0, 1e-6, 1.0);
+        if (!lf.failed && lf.factor == 1.0) g.fail("bandwidth_factor", "a link fault needs \"failed\": true or a factor below 1");
+        g.string_or("cause", "");
+        g.finish();
+        s.link_faults.push_back(lf);
+      }
+    } else {
+      f.ignore("links");
+    }
     f.finish();
   } else {
     r.ignore("faults");
   }
+  if (!s.link_faults.empty() && !r.has("simulation")) s.network = "flow";
+  if (!s.link_faults.empty() && s.network != "flow")
+    r.fail("faults/links", "link faults need the flow-level network (simulation.network \"flow\")");
   if (s.network == "flow" && !s.cluster_spec) {
     // No cluster graph given: the GPU's usual server, a NIC per GPU at the scenario's speed, and
     // a non-blocking rail-optimised fabric, as the analytic figures assume.

@@ -60,6 +60,15 @@ struct Scenario {
   // links; "flow" runs it as flows on the cluster's graph, contending with concurrent traffic.
   // Default: "flow" when cluster.topology gives a graph, else "analytic".
   std::string network = "analytic";
+  // faults.links: a link of the cluster graph degraded or failed (flow network only).
+  struct LinkFault {
+    std::string kind;  // "nic" (a NIC's network link), "nvlink" (a GPU's NVLink), "fabric" (switch to switch)
+    std::int64_t node = 0, index = 0;  // nic: node and NIC; nvlink: node and local GPU; fabric: index
+    double factor = 1;                 // bandwidth left, (0, 1]
+    bool failed = false;
+    std::string path;                  // JSON path, for errors
+  };
+  std::vector<LinkFault> link_faults;
   std::optional<bool> fold;  // simulation.fold; unset: folded unless stragglers break the symmetry
   FaultSpec faults;
   std::optional<Claim> claim;

@@ -43,7 +43,37 @@ StepConfig step_config(const Scenario& s) {
   if (s.network == "flow" && s.cluster_spec) {
     ClusterSpec spec = *s.cluster_spec;
     if (spec.nodes * spec.gpus_per_node < s.gpus()) spec.nodes = int((s.gpus() + spec.gpus_per_node - 1) / spec.gpus_per_node);
-    cfg.topology = std::make_shared<const Topology>(cluster_topology(spec, s.file, "/cluster/topology"));
+    auto topo = std::make_shared<Topology>(cluster_topology(spec, s.file, "/cluster/topology"));
+    for (const Scenario::LinkFault& lf : s.link_faults) {
+      // Find the link: a NIC's network link, a GPU's first NVLink, or the fabric's k-th switch link.
+      std::optional<LinkId> found;
+      std::int64_t fabric_seen = 0;
+      for (LinkId id = 0; id < topo->link_count() && !found; id += 2) {
+        const Link& l = topo->link(id);
+        const VertexProps& a = topo->vertex(l.src);
+        const VertexProps& b = topo->vertex(l.dst);
+        if (lf.kind == "nic" && l.kind == LinkKind::network) {
+          const VertexProps& nic = a.kind == VertexKind::nic ? a : b;
+          if (nic.kind == VertexKind::nic && nic.node == lf.node && nic.index == lf.index) found = id;
+        } else if (lf.kind == "nvlink" && l.kind == LinkKind::nvlink) {
+          const int rank = int(lf.node * s.gpus_per_node + lf.index);
+          if ((a.kind == VertexKind::gpu && a.index == rank) || (b.kind == VertexKind::gpu && b.index == rank)) found = id;
+        } else if (lf.kind == "fabric" && a.kind == VertexKind::net_switch && b.kind == VertexKind::net_switch) {
+          if (fabric_seen++ == lf.index) found = id;
+        }
+      }
+      if (!found)
+        throw InputError(s.file, lf.path, "no such " + lf.kind + " link in the cluster graph" +
+                                              (lf.kind == "fabric" ? " (it has " + std::to_string(fabric_seen) + " switch-to-switch links)" : ""));
+      if (lf.failed) {
+        if (!topo->fail_link(*found)) throw InputError(s.file, lf.path, "the failed link leaves a GPU without a way out of its node");
+      } else {
+        topo->degrade_link(*found, lf.factor);
+      }
+    }
+    if (const auto problem = topo->find_disconnected())
+      throw InputError(s.file, "/faults/links", "after the link faults the cluster is not connected: " + *problem);
+    cfg.topology = std::move(topo);
   }
   // Folding is exact while every replica behaves alike; stragglers break that, so unless told
   // otherwise every GPU is simulated (up to 4,096 of them: beyond, the straggler's stage stands
