@@ -43,6 +43,10 @@ double peak_for(const GpuSpec& gpu, Dtype d) {
 }
 }  // namespace
 
+double stream_time(double x, double ramp) {
+  return x >= ramp / 2 ? x + ramp / 2 : std::sqrt(2.0 * x * ramp);
+}
+
 GemmPlan ComputeModel::gemm_plan(const GemmShape& g, Dtype d) const {
   GemmPlan best;
   if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0) return best;
@@ -54,14 +58,17 @@ GemmPlan ComputeModel::gemm_plan(const GemmShape& g, Dtype d) const {
   const double sm_rate = peak_for(gpu_, d) / std::max(1, gpu_.sms) * (aligned ? 1.0 : profile_.gemm_unaligned_efficiency);
   const double bytes = double(g.batch) * (double(g.m) * double(g.k) + double(g.k) * double(g.n) +
                                           double(g.m) * double(g.n)) * elem;
-  const double t_mem = bytes / (gpu_.hbm_bandwidth.value * profile_.gemm_memory_efficiency);
+  const double stream = bytes / (gpu_.hbm_bandwidth.value * profile_.gemm_memory_efficiency);
+  const double latency = profile_.kernel_latency.seconds();
+  const double t_mem = latency + stream_time(stream, profile_.gemm_stream_ramp.seconds());
   const double sms = std::max(1, gpu_.sms);
   const double p_wq = profile_.wave_quantization;
   best.time_s = 1e300;
   for (const GemmTile& tile : profile_.tiles) {
     const double tiles = std::ceil(double(g.m) / tile.m) * std::ceil(double(g.n) / tile.n) * double(g.batch);
     // Split-K: when the tiles leave SMs idle, cut the reduction across them (partial sums in fp32).
-    const double max_split = std::max(1.0, std::min(std::floor(sms / tiles), std::floor(double(g.k) / 256.0)));
+    const double max_split =
+        profile_.split_k(d) ? std::max(1.0, std::min(std::floor(sms / tiles), std::floor(double(g.k) / 256.0))) : 1.0;
     for (double split = 1; split <= max_split; split *= 2) {
       const double k = std::ceil(double(g.k) / split);
       const double exact = tiles * split / sms;
@@ -74,8 +81,8 @@ GemmPlan ComputeModel::gemm_plan(const GemmShape& g, Dtype d) const {
       const double reduction = split > 1 ? double(g.m) * double(g.n) * double(g.batch) * 4.0 * split /
                                                (gpu_.hbm_bandwidth.value * profile_.memory_efficiency)
                                          : 0.0;
-      const double t = work / eff * (1.0 + profile_.k_half(eff_dtype) / k) + reduction;
-      if (std::max(t, t_mem) < best.time_s) best = {std::max(t, t_mem), work, work / k, reduction, t_mem > t};
+      const double t = latency + work / eff * (1.0 + profile_.k_half(eff_dtype) / k) + reduction;
+      if (std::max(t, t_mem) < best.time_s) best = {std::max(t, t_mem), work, work / k, reduction, stream, t_mem > t};
     }
   }
   return best;
@@ -83,7 +90,7 @@ GemmPlan ComputeModel::gemm_plan(const GemmShape& g, Dtype d) const {
 
 Time ComputeModel::gemm_time(const GemmShape& g, Dtype d) const {
   if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0) return Time::zero();
-  return profile_.kernel_latency + Time::from_seconds(gemm_plan(g, d).time_s);
+  return Time::from_seconds(gemm_plan(g, d).time_s);
 }
 
 Time ComputeModel::attention_time(const AttentionShape& a, bool backward, Dtype d) const {

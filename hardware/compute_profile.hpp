@@ -19,6 +19,13 @@ struct GemmTile {
   double efficiency = 1.0;  // relative to the best tile: small tiles reuse operands less
 };
 
+// Every dtype set (a default for per-dtype switches).
+constexpr std::array<bool, kDtypeCount> all_dtypes_true() {
+  std::array<bool, kDtypeCount> a{};
+  for (bool& b : a) b = true;
+  return a;
+}
+
 struct ComputeProfile {
   std::string name;          // e.g. "h200-calibrated"
   std::string measured_on;   // GPU, driver, date; "datasheet" for the default profile
@@ -41,8 +48,19 @@ struct ComputeProfile {
   // How strictly tiles run in whole waves: 1 = ceil(tiles / SMs) (classic data-parallel
   // kernels), 0 = fractional (stream-K / persistent kernels that balance the last wave).
   double wave_quantization = 1.0;
-  // Bandwidth-bound GEMMs (GEMV-like, skinny) stream their operands less well than a copy.
+  // Bandwidth-bound GEMMs (GEMV-like, skinny) stream their operands at their own rate (they
+  // only read, where a copy reads and writes), and not at once: the achieved bandwidth ramps
+  // linearly from zero to that rate over gemm_stream_ramp (CTAs starting, the memory pipeline
+  // filling), so streaming x = bytes / (HBM bandwidth * gemm_memory_efficiency) takes
+  //   x + ramp / 2 once x >= ramp / 2, and sqrt(2 * x * ramp) before:
+  // a large GEMV pays half the ramp as start-up, a small product far less. Both are fitted to the
+  // bandwidth-bound GEMMs of a calibration; 0 is no ramp (a profile that does not set it).
   double gemm_memory_efficiency = 0.9;
+  Time gemm_stream_ramp = Time::zero();
+  // Whether cuBLAS cuts a GEMM's reduction across idle SMs (split-K) for a dtype; a calibration
+  // decides per dtype by which of the two fits its measurements better.
+  std::array<bool, kDtypeCount> gemm_split_k = all_dtypes_true();
+  bool split_k(Dtype d) const { return gemm_split_k[static_cast<std::size_t>(d)]; }
   // Achieved fraction of HBM bandwidth for long streams.
   double memory_efficiency = 0.9;
   // Fixed GPU-side cost of every kernel (launch, ramp-up, tail).

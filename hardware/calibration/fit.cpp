@@ -93,90 +93,122 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
     else rep.notes.push_back("memory fit gave a non-positive slope; efficiency kept");
   }
 
-  // GEMMs per dtype, with the kernel latency from above; the wave quantisation is chosen on a
-  // grid by the error on the fitted rows.
+  // GEMMs per dtype, with the kernel latency from above. Per dtype, split-K is kept or dropped
+  // by which fits that dtype's rows better (cuBLAS's heuristics do not split every dtype alike);
+  // the wave quantisation is chosen on a grid by the error on all fitted rows.
+  auto aligned = [](const KernelMeasurement& m) {
+    const auto& sh = m.kernel.gemm;
+    const auto align = static_cast<std::int64_t>(std::max(1.0, 16.0 / dtype_bytes(m.kernel.dtype)));
+    return sh.n % align == 0 && (sh.a_transposed ? sh.m : sh.k) % align == 0;
+  };
+  auto fitted_error = [&](const ComputeProfile& q, bool (*keep)(const KernelMeasurement&, Dtype), Dtype d) {
+    const ComputeModel qm(gpu, q);
+    std::vector<double> e;
+    for (const auto* m : gemm_fit)
+      if (keep(*m, d)) e.push_back(std::fabs(qm.time(m->kernel).seconds() - m->seconds) / m->seconds);
+    return median(e) + 0.25 * (e.empty() ? 0 : *std::max_element(e.begin(), e.end()));
+  };
+  auto fit_dtype = [&](ComputeProfile& q, Dtype d) {
+    const auto di = static_cast<std::size_t>(d);
+    for (int iter = 0; iter < 4; ++iter) {
+      std::vector<std::vector<double>> a;
+      std::vector<double> t;
+      for (const auto* m : gemm_fit) {
+        if (m->kernel.dtype != d) continue;
+        const GemmTerms g = gemm_terms(gpu, q, m->kernel.gemm, d);
+        const double rest = m->seconds - q.kernel_latency.seconds() - g.fixed;
+        if (g.memory_bound || rest <= 0 || !aligned(*m)) continue;
+        a.push_back({g.w, g.w_over_k});
+        t.push_back(rest);
+      }
+      if (a.size() < 3) break;
+      const Eigen::VectorXd x = solve_relative(a, t);
+      if (!(x(0) > 0)) {
+        rep.notes.push_back(std::string("GEMM fit for ") + std::string(to_string(d)) + " gave a non-positive rate term");
+        break;
+      }
+      q.gemm_efficiency[di] = std::clamp(1.0 / x(0), 0.02, 1.0);
+      // k_half per dtype; bf16's (the fullest grid) is also the default for the others.
+      const double kh = std::clamp(x(1) / x(0), 0.0, 4096.0);
+      q.gemm_k_half_by_dtype[di] = kh;
+      if (d == Dtype::bf16) q.gemm_k_half = kh;
+    }
+  };
   auto fit_gemms = [&](ComputeProfile& q) {
     for (Dtype d : {Dtype::bf16, Dtype::fp16, Dtype::tf32, Dtype::fp8, Dtype::fp32, Dtype::fp64, Dtype::int8, Dtype::nf4}) {
       const auto di = static_cast<std::size_t>(d);
-      for (int iter = 0; iter < 4; ++iter) {
-        std::vector<std::vector<double>> a;
-        std::vector<double> t;
-        for (const auto* m : gemm_fit) {
-          if (m->kernel.dtype != d) continue;
-          const GemmTerms g = gemm_terms(gpu, q, m->kernel.gemm, d);
-          const double rest = m->seconds - q.kernel_latency.seconds() - g.fixed;
-          const auto& sh = m->kernel.gemm;
-          const auto align = static_cast<std::int64_t>(std::max(1.0, 16.0 / dtype_bytes(d)));
-          const bool aligned = sh.n % align == 0 && (sh.a_transposed ? sh.m : sh.k) % align == 0;
-          if (g.memory_bound || rest <= 0 || !aligned) continue;
-          a.push_back({g.w, g.w_over_k});
-          t.push_back(rest);
-        }
-        if (a.size() < 3) break;
-        const Eigen::VectorXd x = solve_relative(a, t);
-        if (!(x(0) > 0)) {
-          rep.notes.push_back(std::string("GEMM fit for ") + std::string(to_string(d)) + " gave a non-positive rate term");
-          break;
-        }
-        q.gemm_efficiency[di] = std::clamp(1.0 / x(0), 0.02, 1.0);
-        // k_half per dtype; bf16's (the fullest grid) is also the default for the others.
-        const double kh = std::clamp(x(1) / x(0), 0.0, 4096.0);
-        q.gemm_k_half_by_dtype[di] = kh;
-        if (d == Dtype::bf16) q.gemm_k_half = kh;
-      }
+      ComputeProfile with = q, without = q;
+      with.gemm_split_k[di] = true;
+      without.gemm_split_k[di] = false;
+      fit_dtype(with, d);
+      fit_dtype(without, d);
+      auto of_dtype = [](const KernelMeasurement& m, Dtype x) { return m.kernel.dtype == x; };
+      // Split-K stays unless dropping it fits this dtype's rows strictly better.
+      q = fitted_error(without, of_dtype, d) < fitted_error(with, of_dtype, d) ? without : with;
     }
-
   };
-  {
+  // Bandwidth-bound GEMMs: their streaming bandwidth and ramp, t = L + stream_time(bytes /
+  // (B * e), ramp), from the aligned fitted rows the model puts on the memory side (GEMV-like,
+  // skinny and small products). Not linear in the ramp: least relative squares on a grid of the
+  // ramp (0 to 20 us by 0.05 us) and the efficiency (0.30 to 1 by 0.0025).
+  auto fit_stream = [&](ComputeProfile& q) {
+    for (int iter = 0; iter < 3; ++iter) {
+      std::vector<double> full, t;  // bytes over the HBM bandwidth; measured time
+      for (const auto* m : gemm_fit) {
+        const auto& g = m->kernel.gemm;
+        if (!aligned(*m) || !gemm_terms(gpu, q, g, m->kernel.dtype).memory_bound) continue;
+        const double bytes = double(g.batch) * dtype_bytes(m->kernel.dtype) *
+                             (double(g.m) * double(g.k) + double(g.k) * double(g.n) + double(g.m) * double(g.n));
+        full.push_back(bytes / gpu.hbm_bandwidth.value);
+        t.push_back(m->seconds);
+      }
+      if (t.size() < 3) {
+        if (iter == 0) rep.notes.push_back("fewer than three bandwidth-bound GEMMs; their bandwidth and ramp kept");
+        break;
+      }
+      double best = 1e300, best_ramp = 0, best_eff = q.gemm_memory_efficiency;
+      for (int ri = 0; ri <= 400; ++ri) {
+        const double ramp = ri * 0.05e-6;
+        for (int ei = 0; ei <= 280; ++ei) {
+          const double eff = 0.30 + ei * 0.0025;
+          double err = 0;
+          for (std::size_t i = 0; i < t.size(); ++i)
+            err += std::pow((q.kernel_latency.seconds() + stream_time(full[i] / eff, ramp) - t[i]) / t[i], 2);
+          if (err < best) best = err, best_ramp = ramp, best_eff = eff;
+        }
+      }
+      q.gemm_stream_ramp = Time::from_seconds(best_ramp);
+      q.gemm_memory_efficiency = best_eff;
+    }
+  };
+  // Which GEMMs are bandwidth-bound depends on both fits: alternate them.
+  for (int round = 0; round < 3; ++round) {
     double best_err = 1e300;
     ComputeProfile best_p = p;
     for (double wq : {0.0, 0.25, 0.5, 0.75, 1.0}) {
       ComputeProfile q = p;
       q.wave_quantization = wq;
       fit_gemms(q);
-      const ComputeModel qm(gpu, q);
-      std::vector<double> e;
-      for (const auto* m : gemm_fit) e.push_back(std::fabs(qm.time(m->kernel).seconds() - m->seconds) / m->seconds);
-      const double err = median(e) + 0.25 * (e.empty() ? 0 : *std::max_element(e.begin(), e.end()));
+      const double err = fitted_error(q, [](const KernelMeasurement&, Dtype) { return true; }, Dtype::bf16);
       if (err < best_err) {
         best_err = err;
         best_p = q;
       }
     }
     p = best_p;
-  }
-
-  // Bandwidth-bound GEMMs: their streaming efficiency, from the rows the model puts on the
-  // memory side (GEMV-like and skinny shapes).
-  for (int iter = 0; iter < 3; ++iter) {
-    std::vector<std::vector<double>> a;
-    std::vector<double> t;
-    for (const auto* m : gemm_fit) {
-      const auto& g = m->kernel.gemm;
-      if (!gemm_terms(gpu, p, g, m->kernel.dtype).memory_bound) continue;
-      const double bytes = double(g.batch) * (double(g.m) * double(g.k) + double(g.k) * double(g.n) + double(g.m) * double(g.n)) *
-                           dtype_bytes(m->kernel.dtype);
-      const double rest = m->seconds - p.kernel_latency.seconds();
-      if (rest <= 0) continue;
-      a.push_back({bytes / gpu.hbm_bandwidth.value});
-      t.push_back(rest);
-    }
-    if (a.size() < 2) break;
-    const Eigen::VectorXd x = solve_relative(a, t);
-    if (x(0) > 0) p.gemm_memory_efficiency = std::clamp(1.0 / x(0), 0.05, 1.0);
+    fit_stream(p);
   }
 
   // Unaligned GEMMs: the ratio of the aligned model's time to the measured time, median over
   // the fitted unaligned rows.
   {
-    ComputeProfile aligned = p;
-    aligned.gemm_unaligned_efficiency = 1.0;
-    const ComputeModel am(gpu, aligned);
+    ComputeProfile as_aligned = p;
+    as_aligned.gemm_unaligned_efficiency = 1.0;
+    const ComputeModel am(gpu, as_aligned);
     std::vector<double> ratios;
     for (const auto* m : gemm_fit) {
       const auto& g = m->kernel.gemm;
-      const auto align = static_cast<std::int64_t>(std::max(1.0, 16.0 / dtype_bytes(m->kernel.dtype)));
-      if (g.n % align == 0 && (g.a_transposed ? g.m : g.k) % align == 0) continue;
+      if (aligned(*m)) continue;
       if (gemm_terms(gpu, p, g, m->kernel.dtype).memory_bound) continue;
       const double pred = am.time(m->kernel).seconds() - p.kernel_latency.seconds();
       const double meas = m->seconds - p.kernel_latency.seconds();
@@ -232,6 +264,11 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
     for (const auto* m : *set) rep.residuals.push_back({m, cm.time(m->kernel).seconds(), false});
   for (auto* set : {&gemm_held, &mem_held, &att_held})
     for (const auto* m : *set) rep.residuals.push_back({m, cm.time(m->kernel).seconds(), true});
+  // The grids above repeat the same warning; keep each once, in order.
+  std::vector<std::string> notes;
+  for (auto& n : rep.notes)
+    if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(n);
+  rep.notes = notes;
   rep.profile = p;
   return rep;
 }

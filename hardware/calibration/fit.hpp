@@ -4,9 +4,11 @@
 //   GEMM:    t = L + a * W + b * W / k,  W = waves * tile FLOPs / (peak / sms * tile_eff),
 //            a = 1 / efficiency, b = k_half / efficiency
 //   memory:  t = L + bytes / (bandwidth * efficiency)
+//   bandwidth-bound GEMM: t = L + stream_time(bytes / (bandwidth * efficiency), ramp), on a grid
 //   flash:   t = L + FLOPs / (peak * efficiency * seq / (seq + seq_half))
 // so each is a weighted linear least-squares problem (Eigen), iterated with the tile choice and
-// the compute/memory-bound split re-derived from the last fit. Rows are weighted by 1/t so that
+// the compute/memory-bound split re-derived from the last fit; split-K is kept or dropped per dtype
+// by which fits better. Rows are weighted by 1/t so that
 // the fit minimises relative error, as the validation measures it.
 #include <string>
 #include <vector>

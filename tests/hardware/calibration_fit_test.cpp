@@ -57,6 +57,43 @@ TEST_CASE("the fit recovers GEMM, memory and attention parameters from synthetic
   CHECK(rep.gemm.worst_rel_error < 0.02);
 }
 
+TEST_CASE("the fit recovers a known streaming bandwidth and ramp from synthetic GEMVs", "[hardware][calibration]") {
+  // GEMVs take latency + ramp / 2 + bytes / (B * e) past the ramp: the fit must find e and the
+  // ramp (both on its grid: 0.0025 and 0.05 us) from times the model gives for a known truth.
+  const GpuSpec gpu = load_gpu("h200");
+  ComputeProfile truth = default_profile(gpu);
+  truth.kernel_latency = Time::from_us(1.5);
+  truth.gemm_memory_efficiency = 0.93;
+  truth.gemm_stream_ramp = Time::from_us(6.5);
+  const ComputeModel cm(gpu, truth);
+  std::vector<KernelMeasurement> rows;
+  auto add = [&](Kernel k) { rows.push_back({k, cm.time(k).seconds()}); };
+  for (std::int64_t h : {1024, 2048, 4096, 8192})
+    for (std::int64_t t : {2048, 8192, 16384}) {
+      Kernel g;
+      g.kind = KernelKind::gemm;
+      g.gemm = GemmShape{t, 4 * h, h, 1};
+      add(g);
+    }
+  for (std::int64_t m : {1, 8, 64})
+    for (auto [n, k] : {std::pair<std::int64_t, std::int64_t>{4096, 4096}, {12288, 4096}, {8192, 8192}, {4096, 16384},
+                        {128256, 4096}, {2048, 1024}}) {
+      Kernel g;
+      g.kind = KernelKind::gemm;
+      g.gemm = GemmShape{m, n, k, 1};
+      add(g);
+    }
+  for (double bytes = 1e6; bytes < 1e10; bytes *= 3) {
+    Kernel mk;
+    mk.bytes = bytes;
+    add(mk);
+  }
+  const FitReport rep = fit_profile(gpu, rows, default_profile(gpu));
+  CHECK(rep.profile.gemm_memory_efficiency == Approx(0.93).margin(0.003));
+  CHECK(rep.profile.gemm_stream_ramp.us() == Approx(6.5).margin(0.06));
+  CHECK(rep.gemm.worst_rel_error < 0.01);
+}
+
 TEST_CASE("a malformed measurements file is refused with the JSON path", "[hardware][calibration]") {
   const std::string file = "malformed_measurements.json";
   auto write = [&](const char* text) { std::ofstream(file) << text; };

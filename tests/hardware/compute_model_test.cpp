@@ -64,6 +64,45 @@ TEST_CASE("skinny GEMMs are bandwidth-bound", "[hardware]") {
   CHECK(t < 2 * bytes_time);
 }
 
+TEST_CASE("a GEMV streams its weights at the streaming bandwidth after half the ramp", "[hardware]") {
+  // Past the ramp, t = latency + ramp / 2 + bytes / (B * e): each added byte of weights costs
+  // 1 / (B * e), whatever the GEMV's size.
+  const GpuSpec h200 = load_gpu("h200");
+  ComputeProfile p = default_profile(h200);
+  p.gemm_memory_efficiency = 0.95;
+  p.gemm_stream_ramp = Time::from_us(8);
+  const ComputeModel cm(h200, p);
+  const double rate = h200.hbm_bandwidth.value * 0.95;
+  for (std::int64_t k : {4096, 16384, 65536}) {
+    const double bytes = (double(k) + double(k) * 8192 + 8192) * 2;  // vector, weights, output in bf16
+    const double expect = p.kernel_latency.seconds() + 4e-6 + bytes / rate;
+    CHECK(cm.gemm_time({1, 8192, k, 1}, Dtype::bf16).seconds() == Approx(expect).epsilon(1e-4));
+  }
+  const double t1 = cm.gemm_time({1, 8192, 16384, 1}, Dtype::bf16).seconds();
+  const double t2 = cm.gemm_time({1, 8192, 32768, 1}, Dtype::bf16).seconds();
+  CHECK(t2 - t1 == Approx((16384.0 * 8192 + 16384) * 2 / rate).epsilon(1e-4));
+}
+
+TEST_CASE("a stream within its ramp takes sqrt(2 x ramp), past it x + ramp / 2", "[hardware]") {
+  // The rate ramps linearly to full over the ramp R: in time t < R it moves t^2 / (2R) of what
+  // full rate moves in one second, so x seconds of full-rate work take sqrt(2 x R).
+  CHECK(stream_time(1e-6, 8e-6) == Approx(4e-6));
+  CHECK(stream_time(4e-6, 8e-6) == Approx(8e-6));  // the two branches meet at x = R / 2
+  CHECK(stream_time(10e-6, 8e-6) == Approx(14e-6));
+  CHECK(stream_time(3e-6, 0) == Approx(3e-6));  // no ramp: plain bytes over bandwidth
+}
+
+TEST_CASE("without split-K a GEMM of few tiles runs on few SMs", "[hardware]") {
+  // A 256 x 256 output is at most 16 tiles (64x64) on 132 SMs: split-K 8 puts the k = 65536
+  // reduction on 128 of them, several times faster than 16 CTAs alone.
+  const GpuSpec h200 = load_gpu("h200");
+  ComputeProfile p = default_profile(h200);
+  const double split = ComputeModel(h200, p).gemm_time({256, 256, 65536, 1}, Dtype::bf16).seconds();
+  p.gemm_split_k[static_cast<std::size_t>(Dtype::bf16)] = false;
+  const double whole = ComputeModel(h200, p).gemm_time({256, 256, 65536, 1}, Dtype::bf16).seconds();
+  CHECK(whole / split > 4);
+}
+
 TEST_CASE("flash attention: causal halves the forward, backward is 2.5 times", "[hardware]") {
   AttentionShape a{1, 32, 4096, 128, false};
   const double full = a.fwd_flops();

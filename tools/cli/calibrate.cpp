@@ -359,8 +359,9 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
     return Json{{"fitted", s.fitted}, {"held_out", s.held_out}, {"held_out_median_rel_error", s.median_rel_error},
                 {"held_out_worst_rel_error", s.worst_rel_error}};
   };
-  char lat[64], rlat[64];
+  char lat[64], rlat[64], slat[64];
   std::snprintf(lat, sizeof lat, "%.3f us", p.kernel_latency.us());
+  std::snprintf(slat, sizeof slat, "%.3f us", p.gemm_stream_ramp.us());
   std::snprintf(rlat, sizeof rlat, "%.3f us", p.reduction_latency.us());
   const Json out = {
       {"name", zoo + "-calibrated"},
@@ -378,6 +379,12 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
       {"gemm_unaligned_efficiency", p.gemm_unaligned_efficiency},
       {"wave_quantization", p.wave_quantization},
       {"gemm_memory_efficiency", p.gemm_memory_efficiency},
+      {"gemm_stream_ramp", slat},
+      {"gemm_split_k", [&] {
+         Json sk = Json::object();
+         for (std::size_t i = 0; i < kDtypeCount; ++i) sk[std::string(kDtypeNames[i])] = bool(p.gemm_split_k[i]);
+         return sk;
+       }()},
       {"tiles", tiles},
       {"memory_efficiency", p.memory_efficiency},
       {"kernel_latency", lat},

@@ -252,6 +252,13 @@ ComputeProfile parse_profile(const Json& j, const std::string& file, const std::
   p.reduction_efficiency = r.number_or("reduction_efficiency", p.reduction_efficiency, 1e-3, 1.0);
   p.reduction_latency = Time::from_seconds(r.quantity_or("reduction_latency", QuantityKind::time_s, p.reduction_latency.seconds()));
   p.kernel_latency = Time::from_seconds(r.quantity_or("kernel_latency", QuantityKind::time_s, p.kernel_latency.seconds()));
+  p.gemm_stream_ramp = Time::from_seconds(r.quantity_or("gemm_stream_ramp", QuantityKind::time_s, 0.0));
+  if (r.has("gemm_split_k")) {
+    JsonReader e = r.object("gemm_split_k");
+    for (std::size_t i = 0; i < kDtypeCount; ++i)
+      p.gemm_split_k[i] = e.boolean_or(std::string(kDtypeNames[i]), p.gemm_split_k[i]);
+    e.finish();
+  }
   p.attention_fwd_efficiency = r.number_or("attention_fwd_efficiency", p.attention_fwd_efficiency, 1e-3, 1.0);
   p.attention_bwd_efficiency = r.number_or("attention_bwd_efficiency", p.attention_bwd_efficiency, 1e-3, 1.0);
   p.attention_seq_half = r.number_or("attention_seq_half", p.attention_seq_half, 0, 1e7);
