@@ -67,3 +67,31 @@ TEST_CASE("an uncongested ring costs about what the closed form says", "[network
   CHECK(flow.dp_comm_total_s == Approx(analytic.dp_comm_total_s).epsilon(0.25));
   CHECK(flow.compute_s == Approx(analytic.compute_s));
 }
+
+TEST_CASE("a failed NIC moves its GPU to the node's other NIC, a degraded one slows its traffic", "[network][step][faults]") {
+  const StepResult healthy = run(two_node_plan(2));
+  Json failed = two_node_plan(2);
+  failed["faults"] = {{"links", {{{"nic", {0, 0}}, {"failed", true}, {"cause", "cable pulled"}}}}};
+  const StepResult rerouted = run(failed);
+  // GPU 0's traffic now shares NIC 1 with GPU 1: like one NIC per node.
+  CHECK(rerouted.dp_comm_total_s / healthy.dp_comm_total_s == Approx(2.0).epsilon(0.1));
+  Json slow = two_node_plan(2);
+  slow["faults"] = {{"links", {{{"nic", {1, 1}}, {"bandwidth_factor", 0.25}}}}};
+  const StepResult degraded = run(slow);
+  // The group through the quarter-speed NIC ({1, 3}) takes longer; a fault breaks the symmetry,
+  // so every GPU is simulated, and the step ends when that group's all-reduce does.
+  CHECK(degraded.simulated_ranks == 4);
+  CHECK(degraded.step_time_s > healthy.step_time_s + 0.5 * healthy.dp_comm_total_s);
+  // GPU 0's own group is untouched.
+  CHECK(degraded.dp_comm_total_s == Approx(healthy.dp_comm_total_s).epsilon(0.02));
+}
+
+TEST_CASE("link faults are checked against the cluster", "[network][faults][input]") {
+  Json j = two_node_plan(1);
+  j["faults"] = {{"links", {{{"nic", {0, 0}}, {"failed", true}}}}};
+  CHECK_THROWS_WITH(run(j), Catch::Contains("without a way out of its node"));
+  j["faults"] = {{"links", {{{"nic", {5, 0}}, {"failed", true}}}}};
+  CHECK_THROWS_WITH(run(j), Catch::Contains("/faults/links/0/nic"));
+  j["faults"] = {{"links", {{{"fabric", 0}}}}};
+  CHECK_THROWS_WITH(run(j), Catch::Contains("failed"));
+}

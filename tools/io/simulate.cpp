@@ -75,10 +75,10 @@ StepConfig step_config(const Scenario& s) {
       throw InputError(s.file, "/faults/links", "after the link faults the cluster is not connected: " + *problem);
     cfg.topology = std::move(topo);
   }
-  // Folding is exact while every replica behaves alike; stragglers break that, so unless told
+  // Folding is exact while every replica behaves alike; stragglers and link faults break that, so unless told
   // otherwise every GPU is simulated (up to 4,096 of them: beyond, the straggler's stage stands
   // for its slowest replica, which keeps the step time but not who waits for whom).
-  cfg.fold = s.fold.value_or(s.faults.stragglers.empty() || s.gpus() > 4096);
+  cfg.fold = s.fold.value_or((s.faults.stragglers.empty() && s.link_faults.empty()) || s.gpus() > 4096);
   return cfg;
 }
 
