@@ -106,6 +106,8 @@ struct LinkFitReport {
 // the reference of the efficiencies. Rows over one rank are ignored. The ranks of every row must be
 // GPUs of the cluster (the reader checks it).
 LinkFitReport fit_links(const LinkMeasurements& m, const ClusterSpec& cluster);
+// The report points into the measurements: they must outlive it.
+LinkFitReport fit_links(LinkMeasurements&&, const ClusterSpec&) = delete;
 
 // The simulator's time for one collective row on a cluster (what the fit compares with).
 double predict_link_row(const ClusterSpec& cluster, const LinkRow& row, std::string* algorithm = nullptr);
