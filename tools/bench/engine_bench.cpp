@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "sim/engine/simulator.hpp"
 #include "sim/engine/stream.hpp"
@@ -51,8 +52,8 @@ static void BM_Streams(benchmark::State& state) {
 }
 BENCHMARK(BM_Streams)->Arg(1 << 16)->Arg(1 << 20)->Unit(benchmark::kMillisecond);
 
-static void run_scenario(benchmark::State& state, const std::string& rel) {
-  const Scenario s = load_scenario(data_dir() + "/" + rel);
+static void run_scenario_with(benchmark::State& state, const std::string& rel, const std::vector<std::string>& sets) {
+  const Scenario s = load_scenario(data_dir() + "/" + rel, sets);
   std::uint64_t events = 0;
   for (auto _ : state) {
     const StepResult r = simulate_scenario(s);
@@ -64,9 +65,30 @@ static void run_scenario(benchmark::State& state, const std::string& rel) {
   state.counters["events/s"] = benchmark::Counter(double(events) * double(state.iterations()), benchmark::Counter::kIsRate);
 }
 
+static void run_scenario(benchmark::State& state, const std::string& rel) { run_scenario_with(state, rel, {}); }
+// The same plans on the flow-level network (NCCL's algorithms as flows on the cluster graph).
+static void run_flow(benchmark::State& state, const std::string& rel) {
+  run_scenario_with(state, rel, {"simulation.network=flow"});
+}
+// Every GPU simulated (no folding): what stragglers and link faults need.
+static void run_unfolded(benchmark::State& state, const std::string& rel, std::vector<std::string> sets) {
+  sets.push_back("simulation.fold=off");
+  run_scenario_with(state, rel, sets);
+}
 BENCHMARK_CAPTURE(run_scenario, llama3_8b_8gpu, std::string("scenarios/parallel/llama3-8b-8xh100.json"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(run_scenario, dp_1024gpu, std::string("scenarios/parallel/gpt2-xl-dp-1024xa100.json"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(run_scenario, gpt3_175b_1024gpu, std::string("scenarios/parallel/gpt3-175b-1024-a100.json"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(run_scenario, llama3_405b_16384gpu, std::string("scenarios/parallel/llama3-405b-16k-h100.json"))->Unit(benchmark::kMillisecond);
+
+BENCHMARK_CAPTURE(run_flow, llama3_8b_8gpu, std::string("scenarios/parallel/llama3-8b-8xh100.json"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(run_flow, dp_1024gpu, std::string("scenarios/parallel/gpt2-xl-dp-1024xa100.json"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(run_flow, gpt3_175b_1024gpu, std::string("scenarios/parallel/gpt3-175b-1024-a100.json"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(run_flow, llama3_405b_16384gpu, std::string("scenarios/parallel/llama3-405b-16k-h100.json"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(run_unfolded, llama3_8b_8gpu, std::string("scenarios/parallel/llama3-8b-8xh100.json"), std::vector<std::string>{})
+    ->Unit(benchmark::kMillisecond);
+// 64 GPUs: Llama-3-8B over 8 nodes, DP 64 with FSDP, every GPU simulated.
+BENCHMARK_CAPTURE(run_unfolded, llama3_8b_64gpu, std::string("scenarios/parallel/llama3-8b-8xh100.json"),
+                  std::vector<std::string>{"cluster.nodes=8", "parallelism.dp=64", "training.global_batch=64"})
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();
