@@ -43,4 +43,13 @@ spans = [e for e in t if e["ph"] == "X"]
 assert len(spans) > 100 and {e["tid"] for e in spans} == {0, 1}
 assert any(e["ph"] == "C" for e in t)
 PY
+# A million GPUs: simulated folded (in well under a second), refused unfolded or on the flow network.
+cat >"$tmp/million.json" <<'JSON'
+{"model": "gpt2", "cluster": {"gpu": "h100-sxm", "nodes": 131072, "gpus_per_node": 8},
+ "training": {"seq_len": 1024, "micro_batch": 1, "global_batch": 1048576, "precision": "bf16-mixed"},
+ "parallelism": {"dp": 1048576}}
+JSON
+expect 0 "^verdict +FITS" -- timeout 20 "$bin" run "$tmp/million.json"
+expect 2 "/simulation/fold: .*at most 65536 unfolded" -- timeout 20 "$bin" run "$tmp/million.json" --set simulation.fold=off
+expect 2 "flow-level network simulates at most 65536 GPUs" -- timeout 20 "$bin" run "$tmp/million.json" --set simulation.network=flow
 exit $fail

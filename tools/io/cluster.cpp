@@ -236,6 +236,12 @@ ClusterSpec load_cluster(const std::string& name_or_file, std::string* file_out)
 }
 
 Topology cluster_topology(const ClusterSpec& spec, const std::string& file, const std::string& path) {
+  // The graph, its routes and the flows on it grow with the GPUs: 16,384 GPUs take seconds and
+  // hundreds of MB; a million would take tens of GB. Refuse what would not finish.
+  if (double(spec.nodes) * double(spec.gpus_per_node) > 65536)
+    throw InputError(file, path + "/nodes", std::to_string(spec.nodes) + " nodes of " + std::to_string(spec.gpus_per_node) +
+                                                " GPUs: the flow-level network simulates at most 65536 GPUs (use "
+                                                "simulation.network \"analytic\" beyond)");
   Topology t = build_topology(spec);
   if (const auto problem = t.find_disconnected()) {
     std::string key = "";
