@@ -108,6 +108,7 @@ bool Topology::fail_link(LinkId id) {
   const LinkId a = id & ~LinkId(1);
   links_[a].failed = links_[a + 1].failed = true;
   dist_cache_.clear();
+  route_cache_.clear();
   // A NIC cut off from the fabric: its GPUs use another NIC of the node that still reaches it.
   for (const VertexId end : {links_[a].src, links_[a].dst}) {
     if (graph_[end].kind != VertexKind::nic) continue;
@@ -136,6 +137,7 @@ void Topology::set_nic(int rank, VertexId nic) {
   SCALEOUT_CHECK(rank >= 0 && rank < gpu_count() && nic < vertex_count() && graph_[nic].kind == VertexKind::nic,
                  "topology: set_nic of an unknown rank or a vertex that is not a NIC");
   rank_nic_[std::size_t(rank)] = nic;
+  route_cache_.clear();
 }
 
 bool Topology::transit(VertexId v, Scope s) const {
@@ -246,6 +248,22 @@ bool Topology::segment(VertexId src, VertexId dst, Scope s, std::uint64_t hash, 
 
 bool Topology::route(VertexId src, VertexId dst, std::uint64_t hash, std::vector<LinkId>& out, VertexId src_nic,
                      VertexId dst_nic) const {
+  const RouteKey key{src, dst, src_nic, dst_nic, hash};
+  if (auto it = route_cache_.find(key); it != route_cache_.end()) {
+    out.insert(out.end(), it->second.links.begin(), it->second.links.end());
+    return it->second.ok;
+  }
+  if (route_cache_.size() > (std::size_t(1) << 20)) route_cache_.clear();
+  CachedRoute r;
+  r.ok = route_uncached(src, dst, hash, r.links, src_nic, dst_nic);
+  out.insert(out.end(), r.links.begin(), r.links.end());
+  const bool ok = r.ok;
+  route_cache_.emplace(key, std::move(r));
+  return ok;
+}
+
+bool Topology::route_uncached(VertexId src, VertexId dst, std::uint64_t hash, std::vector<LinkId>& out, VertexId src_nic,
+                              VertexId dst_nic) const {
   if (src >= vertex_count() || dst >= vertex_count()) return false;
   if (src == dst) return true;
   const VertexProps& a = graph_[src];

@@ -40,6 +40,9 @@ using VertexId = std::uint32_t;
 using LinkId = std::uint32_t;
 inline constexpr VertexId kNoVertex = std::numeric_limits<VertexId>::max();
 
+// A well-mixed hash of three values (ECMP's choice of path for a flow).
+std::uint64_t flow_hash(std::uint64_t a, std::uint64_t b, std::uint64_t c);
+
 struct VertexProps {
   VertexKind kind = VertexKind::gpu;
   int node = -1;  // the node a vertex belongs to; -1 for the fabric (network switches)
@@ -167,6 +170,25 @@ class Topology {
   GpuGeneration generation_ = GpuGeneration::hopper;
   CollectiveTuning tuning_;
   mutable std::unordered_map<std::uint64_t, DistTable> dist_cache_;
+  // Routes already walked (a step repeats the same collectives thousands of times): the key
+  // packs src, dst, both NICs and the flow hash; the value is the path, or none.
+  struct RouteKey {
+    VertexId src, dst, src_nic, dst_nic;
+    std::uint64_t hash;
+    bool operator==(const RouteKey&) const = default;
+  };
+  struct RouteKeyHash {
+    std::size_t operator()(const RouteKey& k) const {
+      return std::size_t(flow_hash(k.hash, (std::uint64_t(k.src) << 32) | k.dst, (std::uint64_t(k.src_nic) << 32) | k.dst_nic));
+    }
+  };
+  struct CachedRoute {
+    bool ok = false;
+    std::vector<LinkId> links;
+  };
+  mutable std::unordered_map<RouteKey, CachedRoute, RouteKeyHash> route_cache_;
+  bool route_uncached(VertexId src, VertexId dst, std::uint64_t hash, std::vector<LinkId>& out, VertexId src_nic,
+                      VertexId dst_nic) const;
 };
 
 // A 64-bit mix of (a, b, c) for deterministic ECMP choices (splitmix64 finaliser).
