@@ -81,6 +81,7 @@ struct StepResult {
   double params_total = 0, params_trainable = 0;
   std::int64_t micro_batches = 1;
   std::int64_t simulated_ranks = 1;
+  std::vector<std::string> rank_names;  // per simulated rank, for the trace ("stage 2, GPU 16")
   // Unfolded simulations: how long rank 0 waited in collectives for later peers, the longest wait
   // of any rank in one collective and the GPU rank it waited for.
   double peer_wait_s = 0;

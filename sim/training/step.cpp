@@ -863,6 +863,9 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   }
   res.busiest_rank = int(stage_of(busiest));
   res.simulated_ranks = nranks;
+  for (int r = 0; r < nranks; ++r)
+    res.rank_names.push_back(cfg.fold ? "stage " + std::to_string(stage_of(r)) + " (as GPU " + std::to_string(global_rank(r)) + ")"
+                                      : "GPU " + std::to_string(global_rank(r)) + " (stage " + std::to_string(stage_of(r)) + ")");
   // Time breakdown of the first stage (the one that starts first and waits longest).
   const int r0 = 0;
   res.compute_s = rank_compute[r0];

@@ -188,7 +188,8 @@ void write_trace(const std::string& file, const StepResult& r) {
                                   "pipeline send (bwd)"};
   for (int p = 0; p < ranks; ++p) {
     events.push_back({{"ph", "M"}, {"pid", p}, {"name", "process_name"},
-                      {"args", {{"name", ranks > 1 ? "stage " + std::to_string(p) : std::string("gpu0")}}}});
+                      {"args", {{"name", std::size_t(p) < r.rank_names.size() && ranks > 1 ? r.rank_names[std::size_t(p)]
+                                                       : ranks > 1 ? "stage " + std::to_string(p) : std::string("gpu0")}}}});
     for (int t = 0; t < 5; ++t)
       events.push_back({{"ph", "M"}, {"pid", p}, {"tid", t}, {"name", "thread_name"}, {"args", {{"name", kTracks[t]}}}});
   }
