@@ -4,6 +4,7 @@
 // schedule, and the links the groups communicate over.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace scaleout {
 
@@ -40,6 +41,9 @@ struct ParallelPlan {
   LinkParams links;
   double cpu_optimizer_params_per_s = 1.0e9;     // CPU Adam throughput when offloaded
   bool offload_params = false;                   // ZeRO-Infinity / FSDP CPUOffload(params): shards in host memory
+  // Transformer layers of each (virtual) stage in pipeline order, pp * virtual_stages entries
+  // summing to the layers; empty: as even as integers allow (Megatron's default).
+  std::vector<std::int64_t> layers_per_stage;
 
   std::int64_t gpus() const { return dp * tp * pp * cp; }
 };

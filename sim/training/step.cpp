@@ -420,8 +420,15 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     for (std::int64_t c = 0; c < v; ++c) {
       const std::int64_t vs = c * par.pp + s;  // virtual stage index
       StageSpec st;
-      st.first_layer = vs * L / chunks_total;
-      st.layers = (vs + 1) * L / chunks_total - st.first_layer;
+      if (!par.layers_per_stage.empty()) {
+        SCALEOUT_CHECK(std::int64_t(par.layers_per_stage.size()) == chunks_total, "layers_per_stage needs pp * virtual_stages entries");
+        st.first_layer = 0;
+        for (std::int64_t i = 0; i < vs; ++i) st.first_layer += par.layers_per_stage[std::size_t(i)];
+        st.layers = par.layers_per_stage[std::size_t(vs)];
+      } else {
+        st.first_layer = vs * L / chunks_total;
+        st.layers = (vs + 1) * L / chunks_total - st.first_layer;
+      }
       st.embedding = vs == 0;
       st.head = vs == chunks_total - 1;
       st.tp = par.tp;

@@ -362,6 +362,17 @@ Parallelism parse_parallelism(JsonReader r) {
   if (p.ddp_bucket_bytes <= 0) r.fail("ddp_bucket", "must be positive");
   p.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", true);
   p.grad_reduce_dtype = r.choice_or("grad_reduce_dtype", {"", "fp32", "bf16", "fp16"}, "");
+  if (r.has("layers_per_stage")) {
+    const Json& a = r.raw("layers_per_stage");
+    if (!a.is_array() || a.empty()) r.fail("layers_per_stage", "expected an array of layer counts, one per (virtual) pipeline stage");
+    for (const Json& x : a) {
+      if (!x.is_number_integer() || x.get<std::int64_t>() < 0 || x.get<std::int64_t>() > (std::int64_t(1) << 20))
+        r.fail("layers_per_stage", "expected non-negative integers, got " + x.dump());
+      p.layers_per_stage.push_back(x.get<std::int64_t>());
+    }
+  } else {
+    r.ignore("layers_per_stage");
+  }
   p.order = r.string_or("order", p.order);
   {
     std::vector<std::string> parts;
@@ -488,6 +499,16 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
   if (s.model.heads % p.tp != 0)
     r.fail("parallelism/tp", std::to_string(p.tp) + " does not divide heads=" + std::to_string(s.model.heads));
   if (p.dp % p.ep != 0) r.fail("parallelism/ep", std::to_string(p.ep) + " does not divide dp=" + std::to_string(p.dp));
+  if (!p.layers_per_stage.empty()) {
+    std::int64_t sum = 0;
+    for (std::int64_t x : p.layers_per_stage) sum += x;
+    if (std::int64_t(p.layers_per_stage.size()) != p.pp * p.virtual_stages)
+      r.fail("parallelism/layers_per_stage", std::to_string(p.layers_per_stage.size()) + " entries; expected pp*virtual_stages = " +
+                                                std::to_string(p.pp * p.virtual_stages));
+    if (sum != s.model.layers)
+      r.fail("parallelism/layers_per_stage", "the stages hold " + std::to_string(sum) + " layers; the model has " +
+                                                std::to_string(s.model.layers));
+  }
   if (s.model.layers < p.pp * p.virtual_stages)
     r.fail("parallelism/pp", "pp*virtual_stages = " + std::to_string(p.pp * p.virtual_stages) +
                                  " exceeds layers=" + std::to_string(s.model.layers));

@@ -28,6 +28,7 @@ struct Parallelism {
   std::string grad_reduce_dtype;  // empty: the precision recipe's gradient dtype
   std::string order = "tp-cp-dp-pp";
   bool offload_params = false;
+  std::vector<std::int64_t> layers_per_stage;  // empty: even split
 };
 
 // What the seed article (or a paper) claims about the scenario, kept beside the prediction.
