@@ -44,6 +44,10 @@ struct ParallelPlan {
   // Transformer layers of each (virtual) stage in pipeline order, pp * virtual_stages entries
   // summing to the layers; empty: as even as integers allow (Megatron's default).
   std::vector<std::int64_t> layers_per_stage;
+  // Megatron before 2023 (p2p_communication.py): batch_isend_irecv, wait, torch.cuda.synchronize:
+  // a pipeline transfer holds the sender's stream until it completes. (That it also waits for the
+  // receiver to post its receive is not modelled.)
+  bool p2p_blocking = false;
 
   std::int64_t gpus() const { return dp * tp * pp * cp; }
 };

@@ -678,7 +678,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
           }
           launch_next = folded_launcher(spec_of(CollectiveKind::send_recv, {src_g, dst_g}, bytes), std::move(extra));
         }
-        const TaskId send = add_task(r, w.forward ? kSendFwd : kSendBwd, Time::from_seconds(t), {last}, nullptr);
+        const TaskId send = add_task(r, par.p2p_blocking ? kCompute : w.forward ? kSendFwd : kSendBwd, Time::from_seconds(t), {last}, nullptr);
         comm_of[send] = std::uint8_t(int(CommGroup::pp) + 1);
         if (q_of(r) == 0) res.pp_comm_s += t;
         sends[{dest_rank, w.forward, dest_chunk, w.mb}] = send;

@@ -282,3 +282,16 @@ TEST_CASE("FSDP and ZeRO-2 keep only gradient shards across accumulated micro-ba
     CHECK(six.dp_comm_total_s - one.dp_comm_total_s == Approx(5 * (two.dp_comm_total_s - one.dp_comm_total_s)).epsilon(1e-6));
   }
 }
+
+TEST_CASE("blocking pipeline transfers hold the sender's compute stream", "[parallel][pipeline]") {
+  StepConfig c = uniform(8, 4, 8, PipelineSchedule::one_f_one_b);
+  c.parallel.gpus_per_node = 1;  // every stage in its own node: transfers over the NIC
+  const StepResult async = simulate_step(c);
+  c.parallel.p2p_blocking = true;
+  const StepResult blocking = simulate_step(c);
+  // Each stage's compute stream now waits for its own sends: the step is longer by about the
+  // transfers on the critical path, never shorter.
+  CHECK(blocking.step_time_s > async.step_time_s);
+  CHECK(blocking.step_time_s < async.step_time_s + 2 * blocking.pp_comm_s);
+  CHECK(blocking.pp_comm_s == Approx(async.pp_comm_s));
+}

@@ -37,8 +37,17 @@ Json reference_scenario(const Json& row) {
     par["pp_schedule"] = v > 1 ? "interleaved" : "1f1b";
     if (v > 1) par["virtual_stages"] = v;
   }
-  // Megatron (2021) wrapped its fp16 model in torch DDP: fp16 gradients are all-reduced.
+  // Megatron (2021) all-reduced the fp16 gradients of its fp16 model.
   if (sc21) par["grad_reduce_dtype"] = "fp16";
+  // Megatron's own data parallelism (--DDP-impl, default 'local' in megatron/arguments.py until
+  // 2023): LocalDDP.allreduce_gradients() runs once after the backward passes of all
+  // micro-batches, one coalesced all-reduce of the flattened gradients per dtype, not overlapped
+  // with backward as torch DDP's buckets are.
+  par["overlap_grad_reduce"] = false;
+  par["ddp_bucket"] = "1 TB";
+  // Its pipeline transfers were synchronous (p2p_communication.py: batch_isend_irecv, wait,
+  // torch.cuda.synchronize), until overlap_p2p_comm (2023).
+  par["pipeline_p2p"] = "blocking";
   return Json{
       {"name", id},
       {"model",

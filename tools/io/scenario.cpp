@@ -362,6 +362,7 @@ Parallelism parse_parallelism(JsonReader r) {
   if (p.ddp_bucket_bytes <= 0) r.fail("ddp_bucket", "must be positive");
   p.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", true);
   p.grad_reduce_dtype = r.choice_or("grad_reduce_dtype", {"", "fp32", "bf16", "fp16"}, "");
+  p.pipeline_p2p = r.choice_or("pipeline_p2p", {"async", "blocking"}, "async");
   if (r.has("layers_per_stage")) {
     const Json& a = r.raw("layers_per_stage");
     if (!a.is_array() || a.empty()) r.fail("layers_per_stage", "expected an array of layer counts, one per (virtual) pipeline stage");

@@ -29,6 +29,7 @@ struct Parallelism {
   std::string order = "tp-cp-dp-pp";
   bool offload_params = false;
   std::vector<std::int64_t> layers_per_stage;  // empty: even split
+  std::string pipeline_p2p = "async";          // "blocking": Megatron before 2023
 };
 
 // What the seed article (or a paper) claims about the scenario, kept beside the prediction.

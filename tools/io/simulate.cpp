@@ -31,6 +31,7 @@ StepConfig step_config(const Scenario& s) {
   pp.offload_params = p.offload_params;
   pp.order = p.order;
   pp.layers_per_stage = p.layers_per_stage;
+  pp.p2p_blocking = p.pipeline_p2p == "blocking";
   pp.ddp_bucket_bytes = p.ddp_bucket_bytes;
   pp.overlap_grad_reduce = p.overlap_grad_reduce;
   if (!p.grad_reduce_dtype.empty()) pp.grad_reduce_bytes = dtype_bytes(*parse_dtype(p.grad_reduce_dtype));
