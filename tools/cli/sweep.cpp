@@ -333,8 +333,13 @@ SweepSummary run_mpi(const SweepOptions& o, const std::function<void(const Sweep
   }
   MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (failure) std::rethrow_exception(failure);
-  if (status != 0)
-    throw InputError("rank " + std::to_string(mpi.rank()) + ": stopped, rank 0 could not start the sweep");
+  if (status != 0) {
+    // Rank 0 reports why and exits 2 (mpirun passes that on). A worker that exited non-zero
+    // first could make mpirun kill rank 0 before its message is out, so workers leave quietly.
+    SweepSummary quiet;
+    quiet.coordinator = false;
+    return quiet;
+  }
   if (mpi.size() == 1) return run_local(*p, local_jobs(o.jobs), hook);
   if (mpi.rank() != 0) {
     serve(load_sweep(o.sweep), o.jobs > 0 ? static_cast<unsigned>(o.jobs) : 1u);
