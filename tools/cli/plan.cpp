@@ -175,7 +175,13 @@ void simulate_all(std::vector<Candidate>& cands, int jobs, double tokens, double
     pool.emplace_back([&] {
       for (std::size_t i = next++; i < cands.size(); i = next++) {
         Candidate& c = cands[i];
-        c.r = simulate_scenario(c.s);
+        try {
+          c.r = simulate_scenario(c.s);
+        } catch (const std::exception&) {
+          c.r = StepResult{};  // a plan the scenario's other settings rule out (e.g. a fault on a missing node)
+          c.r.fits = false;
+          continue;
+        }
         c.label = label_of(c.s);
         if (tokens > 0 && c.r.tokens_per_s > 0) c.train_s = tokens / c.r.tokens_per_s;
         if (c.train_s > 0 && price > 0) c.cost = c.train_s / 3600 * double(c.s.gpus()) * price;
