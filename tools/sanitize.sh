@@ -6,15 +6,7 @@
 # Usage: tools/sanitize.sh [BUILD_DIR]   (default: build-asan; FUZZ_SECONDS, default 60)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs=(clang libclang-rt-14-dev)
-missing=()
-for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+tools/apt-install.sh clang libclang-rt-14-dev
 build=${1:-build-asan}
 # -O1: sanitizers want some optimisation for speed, and it keeps the 2-core build short.
 cmake -S . -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
