@@ -686,6 +686,22 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
       (void)pending_first;
     }
     flush_bucket(true);
+    // Tied embeddings across a pipeline: the first stage's word embedding and the last stage's
+    // output layer are one parameter, so Megatron all-reduces its gradient between the two
+    // stages after the backward passes (train_step: allreduce of word_embeddings' grad in the
+    // embedding group), before the optimizer.
+    if (par.pp > 1 && cfg.model.tied_embeddings && (s == 0 || s == par.pp - 1)) {
+      const double bytes = double(cfg.model.vocab) * double(cfg.model.hidden) / double(par.tp) * gdt;
+      const std::int64_t gpn = std::max<std::int64_t>(1, par.gpus_per_node);
+      const bool cross = stage_rank(par, 0) / gpn != stage_rank(par, par.pp - 1) / gpn;
+      const LinkParams& l = par.links;
+      const double bw = cross ? l.inter_node_bandwidth * l.inter_node_efficiency : l.intra_node_bandwidth * l.intra_node_efficiency;
+      const double t = collective_seconds(CollectiveKind::all_reduce, 2, bytes, std::max(bw, 1.0),
+                                          cross ? l.inter_node_latency_s : l.intra_node_latency_s);
+      const TaskId e = add_task(r, kDpComm, Time::from_seconds(t), {rs.last_backward}, nullptr);
+      comm_of[e] = std::uint8_t(int(CommGroup::pp) + 1);
+      rs.dp_tasks.push_back(e);
+    }
 
     // Optimizer after every gradient is reduced.
     std::vector<TaskId> opt_deps = rs.dp_tasks;
