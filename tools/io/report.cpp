@@ -152,7 +152,7 @@ void write_text_report(std::ostream& os, const Scenario& s, const StepResult& r,
     os << ")\n";
   }
   if (!s.faults.stragglers.empty() || r.simulated_ranks > s.parallelism.pp) {
-    os << "\nfaults     ";
+    os << (s.faults.stragglers.empty() ? "\nranks      " : "\nfaults     ");
     for (const Straggler& st : s.faults.stragglers) {
       os << "GPU " << st.rank;
       if (st.compute_slowdown != 1.0) os << " kernels " << fmt("%.2fx", st.compute_slowdown) << " slower";
