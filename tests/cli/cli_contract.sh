@@ -52,4 +52,17 @@ JSON
 expect 0 "^verdict +FITS" -- timeout 20 "$bin" run "$tmp/million.json"
 expect 2 "/simulation/fold: .*at most 65536 unfolded" -- timeout 20 "$bin" run "$tmp/million.json" --set simulation.fold=off
 expect 2 "flow-level network simulates at most 65536 GPUs" -- timeout 20 "$bin" run "$tmp/million.json" --set simulation.network=flow
+# Determinism on the flow network, unfolded, with faults: byte-identical JSON and trace.
+cat >"$tmp/faulty.json" <<'JSON'
+{"model": {"arch": "llama", "layers": 2, "hidden": 256, "heads": 4, "kv_heads": 4, "ffn": 512, "vocab": 1000, "tied_embeddings": false},
+ "cluster": {"gpu": "a100-80g", "topology": {"nodes": 2, "gpus_per_node": 2, "nics_per_node": 2, "fabric": "single-switch", "levels": 1}},
+ "training": {"seq_len": 256, "micro_batch": 1, "global_batch": 4, "precision": "bf16-mixed"},
+ "parallelism": {"dp": 2, "tp": 2},
+ "faults": {"stragglers": [{"gpu": 3, "slowdown": 1.5}], "links": [{"nic": [1, 1], "bandwidth_factor": 0.5}]}}
+JSON
+"$bin" run "$tmp/faulty.json" --format json --trace "$tmp/f1.trace" >"$tmp/f1.json" 2>&1
+"$bin" run "$tmp/faulty.json" --format json --trace "$tmp/f2.trace" >"$tmp/f2.json" 2>&1
+cmp -s "$tmp/f1.json" "$tmp/f2.json" || { echo "FAIL: flow/unfolded JSON differs between runs"; fail=1; }
+cmp -s "$tmp/f1.trace" "$tmp/f2.trace" || { echo "FAIL: flow/unfolded trace differs between runs"; fail=1; }
+grep -q '"simulated_ranks": 4' "$tmp/f1.json" || { echo "FAIL: faults did not unfold the simulation: $(head -c 300 "$tmp/f1.json")"; fail=1; }
 exit $fail
