@@ -95,3 +95,27 @@ TEST_CASE("link faults are checked against the cluster", "[network][faults][inpu
   j["faults"] = {{"links", {{{"fabric", 0}}}}};
   CHECK_THROWS_WITH(run(j), Catch::Contains("failed"));
 }
+
+TEST_CASE("folded and unfolded agree on the flow network with interleaved pipelines, ZeRO-1, CP and EP", "[network][step][fold]") {
+  const Json pipeline = {
+      {"model", {{"arch", "gpt"}, {"layers", 8}, {"hidden", 512}, {"heads", 8}, {"ffn", 2048}, {"vocab", 8192}, {"tied_embeddings", true}}},
+      {"cluster", {{"gpu", "a100-80g"}, {"nodes", 2}, {"gpus_per_node", 8}}},
+      {"training", {{"seq_len", 1024}, {"micro_batch", 1}, {"global_batch", 16}, {"precision", "megatron-bf16"}}},
+      {"parallelism", {{"dp", 2}, {"tp", 2}, {"pp", 4}, {"pp_schedule", "interleaved"}, {"virtual_stages", 2}, {"zero", 1},
+                       {"pipeline_p2p", "blocking"}}}};
+  const Json moe = {
+      {"model", {{"arch", "llama"}, {"layers", 2}, {"hidden", 512}, {"heads", 8}, {"kv_heads", 4}, {"ffn", 1024}, {"vocab", 8192},
+                 {"tied_embeddings", false}, {"experts", 4}, {"top_k", 2}}},
+      {"cluster", {{"gpu", "h100-sxm"}, {"nodes", 2}, {"gpus_per_node", 8}}},
+      {"training", {{"seq_len", 8192}, {"micro_batch", 1}, {"global_batch", 8}, {"precision", "megatron-bf16"}}},
+      {"parallelism", {{"dp", 4}, {"tp", 2}, {"cp", 2}, {"ep", 4}, {"sequence_parallel", true}}}};
+  for (Json j : {pipeline, moe}) {
+    j["simulation"] = {{"network", "flow"}};
+    const StepResult folded = run(j);
+    j["simulation"]["fold"] = "off";
+    const StepResult full = run(j);
+    CHECK(full.simulated_ranks == 16);
+    CHECK(full.step_time_s == Approx(folded.step_time_s).epsilon(1e-6));
+    CHECK(full.exposed_comm_s == Approx(folded.exposed_comm_s).epsilon(1e-6).margin(1e-12));
+  }
+}
