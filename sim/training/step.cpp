@@ -61,17 +61,30 @@ GroupShape group_shape(const ParallelPlan& p, CommGroup g, std::int64_t stage) {
   return {size, spans};
 }
 
+// The links a transfer crosses: the node's own (NVLink or PCIe), or its NIC share between nodes,
+// as the bandwidth NCCL reaches on them and the per-step latency.
+struct LinkChoice {
+  double bandwidth, latency_s;
+};
+LinkChoice link_for(const LinkParams& l, bool cross_nodes) {
+  return cross_nodes ? LinkChoice{l.inter_node_bandwidth * l.inter_node_efficiency, l.inter_node_latency_s}
+                     : LinkChoice{l.intra_node_bandwidth * l.intra_node_efficiency, l.intra_node_latency_s};
+}
+
+// Whether the representatives of two pipeline stages sit in different nodes.
+bool stages_cross_nodes(const ParallelPlan& p, std::int64_t a, std::int64_t b) {
+  const std::int64_t gpn = std::max<std::int64_t>(1, p.gpus_per_node);
+  return stage_rank(p, a) / gpn != stage_rank(p, b) / gpn;
+}
+
 }  // namespace
 
 double collective_time(const StepConfig& cfg, CollectiveKind kind, CommGroup group, double bytes, std::int64_t stage) {
   const ParallelPlan& p = cfg.parallel;
   const GroupShape g = group_shape(p, group, stage);
   if (g.size <= 1) return 0;
-  const LinkParams& l = p.links;
-  const double bw = g.spans_nodes ? l.inter_node_bandwidth * l.inter_node_efficiency
-                                  : l.intra_node_bandwidth * l.intra_node_efficiency;
-  const double lat = g.spans_nodes ? l.inter_node_latency_s : l.intra_node_latency_s;
-  return collective_seconds(kind, g.size, bytes, std::max(bw, 1.0), lat);
+  const LinkChoice link = link_for(p.links, g.spans_nodes);
+  return collective_seconds(kind, g.size, bytes, std::max(link.bandwidth, 1.0), link.latency_s);
 }
 
 namespace {
@@ -187,10 +200,24 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   const int nranks = int(par.pp * reps);
   auto stage_of = [&](int r) { return std::int64_t(r) / reps; };
   auto q_of = [&](int r) { return std::int64_t(r) % reps; };
+  // A GPU's place in the plan: its index in each group, and the global rank that the placement
+  // order gives it.
+  const std::int64_t stride_tp = group_stride(par, CommGroup::tp), stride_cp = group_stride(par, CommGroup::cp);
+  const std::int64_t stride_dp = group_stride(par, CommGroup::dp), stride_pp = group_stride(par, CommGroup::pp);
+  struct Coords {
+    std::int64_t tp, cp, dp, s;
+  };
+  auto coords_of = [&](int r) {
+    const std::int64_t q = q_of(r);
+    return Coords{q % par.tp, (q / par.tp) % par.cp, q / (par.tp * par.cp), stage_of(r)};
+  };
+  auto global_of = [&](const Coords& c) { return int(c.tp * stride_tp + c.cp * stride_cp + c.dp * stride_dp + c.s * stride_pp); };
+  // The global GPU rank of a simulated rank (its representative's when folded).
+  auto global_rank = [&](int r) { return global_of(coords_of(r)); };
   // The group a simulated rank belongs to, as one integer per group kind.
   auto group_id = [&](CommGroup g, int r) -> std::int64_t {
-    const std::int64_t q = q_of(r), tp_i = q % par.tp, cp_i = (q / par.tp) % par.cp, dp_i = q / (par.tp * par.cp);
-    const std::int64_t s = stage_of(r);
+    const auto [tp_i, cp_i, dp_i, s] = coords_of(r);
+    const std::int64_t q = q_of(r);
     switch (g) {
       case CommGroup::tp: return (s * par.cp + cp_i) * par.dp + dp_i;
       case CommGroup::cp: return (s * par.tp + tp_i) * par.dp + dp_i;
@@ -203,27 +230,16 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   auto group_size = [&](CommGroup g) {
     return g == CommGroup::tp ? par.tp : g == CommGroup::cp ? par.cp : g == CommGroup::dp ? par.dp : g == CommGroup::ep ? par.ep : par.pp;
   };
-  // The global GPU rank of a simulated rank (its representative's when folded).
-  auto global_rank = [&](int r) {
-    const std::int64_t q = q_of(r), tp_i = q % par.tp, cp_i = (q / par.tp) % par.cp, dp_i = q / (par.tp * par.cp);
-    return tp_i * group_stride(par, CommGroup::tp) + cp_i * group_stride(par, CommGroup::cp) +
-           dp_i * group_stride(par, CommGroup::dp) + stage_of(r) * group_stride(par, CommGroup::pp);
-  };
   // Stragglers: on their own simulated rank, or (folded) on their stage's representative, which
   // then stands for the slowest replica of the stage: every collective of the stage waits for it.
   std::vector<double> slowdown(nranks, 1.0), loader_delay(nranks, 0.0);
   std::vector<std::vector<std::pair<std::int64_t, double>>> stalls(nranks);
   for (const Straggler& st : cfg.faults.stragglers) {
     SCALEOUT_CHECK(st.rank >= 0 && st.rank < par.gpus(), "straggler rank outside the plan");
-    const std::int64_t s = (st.rank / group_stride(par, CommGroup::pp)) % par.pp;
-    std::int64_t q = 0;
-    if (!cfg.fold) {
-      const std::int64_t tp_i = (st.rank / group_stride(par, CommGroup::tp)) % par.tp;
-      const std::int64_t cp_i = (st.rank / group_stride(par, CommGroup::cp)) % par.cp;
-      const std::int64_t dp_i = (st.rank / group_stride(par, CommGroup::dp)) % par.dp;
-      q = tp_i + par.tp * (cp_i + par.cp * dp_i);
-    }
-    const int r = int(s * reps + q);
+    const Coords c{(st.rank / stride_tp) % par.tp, (st.rank / stride_cp) % par.cp, (st.rank / stride_dp) % par.dp,
+                   (st.rank / stride_pp) % par.pp};
+    const std::int64_t q = cfg.fold ? 0 : c.tp + par.tp * (c.cp + par.cp * c.dp);
+    const int r = int(c.s * reps + q);
     slowdown[r] = std::max(slowdown[r], st.compute_slowdown);
     loader_delay[r] = std::max(loader_delay[r], st.loader_delay_s);
     if (st.stall_s > 0) stalls[r].push_back({st.stall_micro_batch, st.stall_s});
@@ -233,7 +249,6 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   std::vector<std::vector<TaskId>> deps_of;  // for attribution of idle gaps
   std::vector<const Kernel*> kernel_of;
   std::vector<int> rank_of, track_of;
-  std::vector<std::string> extra_names;
   std::vector<std::array<TaskId, 5>> last_on(nranks);  // last task + 1 on each of a rank's streams (0: none)
 
   // What each task's time counts as: 0 nothing, else a CommGroup + 1 (the pipeline's sends: pp).
@@ -264,16 +279,6 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     SCALEOUT_CHECK(cfg.topology->gpu_count() >= par.gpus(), "the cluster graph has fewer GPUs than the plan");
     net = std::make_unique<FlowNetwork>(sim, *cfg.topology);
   }
-  const std::int64_t stride_tp = group_stride(par, CommGroup::tp), stride_cp = group_stride(par, CommGroup::cp);
-  const std::int64_t stride_dp = group_stride(par, CommGroup::dp), stride_pp = group_stride(par, CommGroup::pp);
-  struct Coords {
-    std::int64_t tp, cp, dp, s;
-  };
-  auto coords_of = [&](int r) {
-    const std::int64_t q = q_of(r);
-    return Coords{q % par.tp, (q / par.tp) % par.cp, q / (par.tp * par.cp), stage_of(r)};
-  };
-  auto global_of = [&](const Coords& c) { return int(c.tp * stride_tp + c.cp * stride_cp + c.dp * stride_dp + c.s * stride_pp); };
   auto members_of = [&](CommGroup g, Coords c) {
     std::vector<int> out;
     const std::int64_t ep = std::max<std::int64_t>(1, par.ep);
@@ -653,11 +658,8 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
         // Megatron's scatter-gather: each TP rank sends 1/tp of the (replicated) activation and the
         // receivers all-gather it over NVLink (SC21 section 4.1).
         if (par.tp > 1 && !par.sequence_parallel && par.pipeline_scatter_gather) bytes /= double(par.tp);
-        const std::int64_t gpn = std::max<std::int64_t>(1, par.gpus_per_node);
-        const bool cross = stage_rank(par, s) / gpn != stage_rank(par, dest_stage) / gpn;
-        const LinkParams& l = par.links;
-        const double bw = cross ? l.inter_node_bandwidth * l.inter_node_efficiency : l.intra_node_bandwidth * l.intra_node_efficiency;
-        const double t = (cross ? l.inter_node_latency_s : l.intra_node_latency_s) + bytes / std::max(bw, 1.0);
+        const LinkChoice link = link_for(par.links, stages_cross_nodes(par, s, dest_stage));
+        const double t = link.latency_s + bytes / std::max(link.bandwidth, 1.0);
         if (net) {
           const Coords c = coords_of(r);
           Coords d = c;
@@ -692,12 +694,8 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     // embedding group), before the optimizer.
     if (par.pp > 1 && cfg.model.tied_embeddings && (s == 0 || s == par.pp - 1)) {
       const double bytes = double(cfg.model.vocab) * double(cfg.model.hidden) / double(par.tp) * gdt;
-      const std::int64_t gpn = std::max<std::int64_t>(1, par.gpus_per_node);
-      const bool cross = stage_rank(par, 0) / gpn != stage_rank(par, par.pp - 1) / gpn;
-      const LinkParams& l = par.links;
-      const double bw = cross ? l.inter_node_bandwidth * l.inter_node_efficiency : l.intra_node_bandwidth * l.intra_node_efficiency;
-      const double t = collective_seconds(CollectiveKind::all_reduce, 2, bytes, std::max(bw, 1.0),
-                                          cross ? l.inter_node_latency_s : l.intra_node_latency_s);
+      const LinkChoice link = link_for(par.links, stages_cross_nodes(par, 0, par.pp - 1));
+      const double t = collective_seconds(CollectiveKind::all_reduce, 2, bytes, std::max(link.bandwidth, 1.0), link.latency_s);
       const TaskId e = add_task(r, kDpComm, Time::from_seconds(t), {rs.last_backward}, nullptr);
       comm_of[e] = std::uint8_t(int(CommGroup::pp) + 1);
       rs.dp_tasks.push_back(e);

@@ -219,14 +219,6 @@ SearchResult search(const Scenario& base, const std::vector<std::int64_t>& count
   return sr;
 }
 
-Scenario on_one_gpu(const Scenario& base) {
-  Scenario one = base;
-  one.nodes = one.gpus_per_node = 1;
-  one.parallelism = Parallelism{};
-  one.faults = FaultSpec{};
-  return one;
-}
-
 Json plan_json(const Candidate& c, int rank) {
   const auto& p = c.s.parallelism;
   Json j = {{"rank", rank},

@@ -102,12 +102,17 @@ StepResult simulate_scenario(const Scenario& s, bool keep_trace) {
   return simulate_step(cfg);
 }
 
-double single_gpu_baseline(const Scenario& s) {
-  if (s.gpus() <= 1) return 0;
+Scenario on_one_gpu(const Scenario& s) {
   Scenario one = s;
   one.nodes = one.gpus_per_node = 1;
   one.parallelism = Parallelism{};
   one.faults = FaultSpec{};  // a healthy GPU
+  return one;
+}
+
+double single_gpu_baseline(const Scenario& s) {
+  if (s.gpus() <= 1) return 0;
+  Scenario one = on_one_gpu(s);
   // The same job on one GPU: the whole global batch by gradient accumulation, so that the
   // optimizer step is amortised over the same tokens. Accumulation is linear in the number of
   // micro-batches (each one the same forward and backward), so two short simulations give it:
