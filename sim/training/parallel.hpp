@@ -45,8 +45,9 @@ struct ParallelPlan {
   // summing to the layers; empty: as even as integers allow (Megatron's default).
   std::vector<std::int64_t> layers_per_stage;
   // Megatron before 2023 (p2p_communication.py): batch_isend_irecv, wait, torch.cuda.synchronize:
-  // a pipeline transfer holds the sender's stream until it completes. (That it also waits for the
-  // receiver to post its receive is not modelled.)
+  // a pipeline transfer holds the sender's stream until it completes, starts only when the
+  // receiver has posted its receive (in the p2p call that ends one of its own steps), and the
+  // next step starts when every receive of the call has arrived.
   bool p2p_blocking = false;
 
   std::int64_t gpus() const { return dp * tp * pp * cp; }

@@ -107,6 +107,14 @@ struct RankState {
   std::vector<TaskId> dp_tasks;
   TaskId first_optimizer = 0;
   bool has_optimizer = false;
+  // The passes in schedule order, with the pipeline send each ends with (if any).
+  struct Pass {
+    bool forward;
+    int chunk, mb;
+    TaskId first, last, send;
+    bool sends;
+  };
+  std::vector<Pass> passes;
 };
 
 struct Work {
@@ -114,6 +122,19 @@ struct Work {
   int chunk;
   int mb;
 };
+
+// Forward passes before a stage's first backward in Megatron's 1F1B and interleaved 1F1B
+// (megatron/core/pipeline_parallel/schedules.py), out of m * v.
+std::int64_t warmup_passes(const ParallelPlan& p, std::int64_t stage, std::int64_t m) {
+  const std::int64_t v = p.schedule == PipelineSchedule::interleaved ? p.virtual_stages : 1;
+  return std::min(m * v, v == 1 ? p.pp - stage - 1 : (p.pp - stage - 1) * 2 + (v - 1) * p.pp);
+}
+
+// Whether pass i of n (warm of them warm-up forwards) opens a steady-state step of interleaved
+// 1F1B, which runs a forward and a backward pass between two p2p calls.
+bool opens_pair(std::int64_t v, std::int64_t warm, std::int64_t n, std::int64_t i) {
+  return v > 1 && i >= warm && i < n - warm && (i - warm) % 2 == 0;
+}
 
 std::vector<Work> schedule_for(const ParallelPlan& p, std::int64_t stage, std::int64_t m) {
   std::vector<Work> w;
@@ -135,7 +156,7 @@ std::vector<Work> schedule_for(const ParallelPlan& p, std::int64_t stage, std::i
   }
   // Megatron's 1F1B and interleaved 1F1B (megatron/core/pipeline_parallel/schedules.py).
   const std::int64_t total = m * v;
-  const std::int64_t warm = std::min(total, v == 1 ? p.pp - stage - 1 : (p.pp - stage - 1) * 2 + (v - 1) * p.pp);
+  const std::int64_t warm = warmup_passes(p, stage, m);
   std::vector<int> fcount(v, 0), bcount(v, 0);
   auto chunk_of = [&](std::int64_t k, bool fwd) {
     const std::int64_t in_group = k % (p.pp * v);
@@ -545,6 +566,52 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     };
 
     const std::vector<Work> order = schedule_for(par, s, m);
+    // Pipeline sends: a pass's output (forward) or input gradient (backward), after task `after`.
+    auto send_of = [&](const Work& w, std::size_t pass, TaskId after) {
+      const Chunk& ch = rs.chunks[w.chunk];
+      const std::int64_t vs = w.chunk * par.pp + s;
+      std::int64_t dest_vs = w.forward ? vs + 1 : vs - 1;
+      if (dest_vs >= 0 && dest_vs < chunks_total) {
+        const std::int64_t dest_stage = dest_vs % par.pp;
+        const int dest_rank = int(dest_stage * reps + q_of(r));
+        const int dest_chunk = int(dest_vs / par.pp);
+        double bytes = w.forward ? ch.tape.tensors[ch.tape.output].bytes : ch.tape.tensors[ch.tape.input].bytes;
+        // Megatron's scatter-gather: each TP rank sends 1/tp of the (replicated) activation and the
+        // receivers all-gather it over NVLink (SC21 section 4.1).
+        if (par.tp > 1 && !par.sequence_parallel && par.pipeline_scatter_gather) bytes /= double(par.tp);
+        const LinkChoice link = link_for(par.links, stages_cross_nodes(par, s, dest_stage));
+        const double t = link.latency_s + bytes / std::max(link.bandwidth, 1.0);
+        if (net) {
+          const Coords c = coords_of(r);
+          Coords d = c;
+          d.s = dest_stage;
+          const int src_g = global_of(c), dst_g = global_of(d);
+          std::vector<CollectiveSpec> extra;
+          if (cfg.fold) {
+            // The other replicas' transfers between the same stages that share a node with this one.
+            const std::set<int> mine{cfg.topology->node_of(src_g), cfg.topology->node_of(dst_g)};
+            for (std::int64_t dp_i = 0; dp_i < par.dp; ++dp_i)
+              for (std::int64_t cp_i = 0; cp_i < par.cp; ++cp_i)
+                for (std::int64_t tp_i = 0; tp_i < par.tp; ++tp_i) {
+                  if (dp_i == c.dp && cp_i == c.cp && tp_i == c.tp) continue;
+                  const int a = global_of({tp_i, cp_i, dp_i, c.s}), b2 = global_of({tp_i, cp_i, dp_i, dest_stage});
+                  if (mine.count(cfg.topology->node_of(a)) || mine.count(cfg.topology->node_of(b2)))
+                    extra.push_back(spec_of(CollectiveKind::send_recv, {a, b2}, bytes));
+                }
+          }
+          launch_next = folded_launcher(spec_of(CollectiveKind::send_recv, {src_g, dst_g}, bytes), std::move(extra));
+        }
+        const TaskId send = add_task(r, par.p2p_blocking ? kCompute : w.forward ? kSendFwd : kSendBwd, Time::from_seconds(t), {after}, nullptr);
+        comm_of[send] = std::uint8_t(int(CommGroup::pp) + 1);
+        if (q_of(r) == 0) res.pp_comm_s += t;
+        sends[{dest_rank, w.forward, dest_chunk, w.mb}] = send;
+        rs.passes[pass].send = send;
+        rs.passes[pass].sends = true;
+      }
+    };
+    bool deferred = false;
+    Work deferred_work{};
+    std::size_t deferred_pass = 0;
     std::vector<int> bwd_done(v, 0);
     for (const Work& w : order) {
       Chunk& ch = rs.chunks[w.chunk];
@@ -644,46 +711,25 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
       // ZeRO-2 reduce-scatters each micro-batch's gradients as its backward pass ends.
       if (!w.forward && shard.grads > 1 && !shard.persistent_grads && !gather_params) flush_bucket(true);
       rs.spans[{w.forward, w.chunk, w.mb}] = {first, last};
+      rs.passes.push_back({w.forward, w.chunk, w.mb, first, last, 0, false});
       if (!w.forward) {
         rs.last_backward = last;
         rs.any_backward = true;
       }
-      // Pipeline sends: this pass's output (forward) or input gradient (backward).
-      std::int64_t dest_vs = w.forward ? vs + 1 : vs - 1;
-      if (dest_vs >= 0 && dest_vs < chunks_total) {
-        const std::int64_t dest_stage = dest_vs % par.pp;
-        const int dest_rank = int(dest_stage * reps + q_of(r));
-        const int dest_chunk = int(dest_vs / par.pp);
-        double bytes = w.forward ? ch.tape.tensors[ch.tape.output].bytes : ch.tape.tensors[ch.tape.input].bytes;
-        // Megatron's scatter-gather: each TP rank sends 1/tp of the (replicated) activation and the
-        // receivers all-gather it over NVLink (SC21 section 4.1).
-        if (par.tp > 1 && !par.sequence_parallel && par.pipeline_scatter_gather) bytes /= double(par.tp);
-        const LinkChoice link = link_for(par.links, stages_cross_nodes(par, s, dest_stage));
-        const double t = link.latency_s + bytes / std::max(link.bandwidth, 1.0);
-        if (net) {
-          const Coords c = coords_of(r);
-          Coords d = c;
-          d.s = dest_stage;
-          const int src_g = global_of(c), dst_g = global_of(d);
-          std::vector<CollectiveSpec> extra;
-          if (cfg.fold) {
-            // The other replicas' transfers between the same stages that share a node with this one.
-            const std::set<int> mine{cfg.topology->node_of(src_g), cfg.topology->node_of(dst_g)};
-            for (std::int64_t dp_i = 0; dp_i < par.dp; ++dp_i)
-              for (std::int64_t cp_i = 0; cp_i < par.cp; ++cp_i)
-                for (std::int64_t tp_i = 0; tp_i < par.tp; ++tp_i) {
-                  if (dp_i == c.dp && cp_i == c.cp && tp_i == c.tp) continue;
-                  const int a = global_of({tp_i, cp_i, dp_i, c.s}), b2 = global_of({tp_i, cp_i, dp_i, dest_stage});
-                  if (mine.count(cfg.topology->node_of(a)) || mine.count(cfg.topology->node_of(b2)))
-                    extra.push_back(spec_of(CollectiveKind::send_recv, {a, b2}, bytes));
-                }
-          }
-          launch_next = folded_launcher(spec_of(CollectiveKind::send_recv, {src_g, dst_g}, bytes), std::move(extra));
-        }
-        const TaskId send = add_task(r, par.p2p_blocking ? kCompute : w.forward ? kSendFwd : kSendBwd, Time::from_seconds(t), {last}, nullptr);
-        comm_of[send] = std::uint8_t(int(CommGroup::pp) + 1);
-        if (q_of(r) == 0) res.pp_comm_s += t;
-        sends[{dest_rank, w.forward, dest_chunk, w.mb}] = send;
+      // Blocking transfers are posted in the p2p call after a step: in the interleaved steady
+      // state a step is a forward and a backward pass, so the forward's send waits for both.
+      const std::size_t idx = rs.passes.size() - 1;
+      const std::int64_t warm_n = warmup_passes(par, s, m);
+      const std::int64_t pos = std::int64_t(idx), n_passes = std::int64_t(order.size());
+      const bool pair_first = par.p2p_blocking && opens_pair(v, warm_n, n_passes, pos);
+      if (!pair_first) {
+        if (deferred) send_of(deferred_work, deferred_pass, last);
+        deferred = false;
+        send_of(w, idx, last);
+      } else {
+        deferred = true;
+        deferred_work = w;
+        deferred_pass = idx;
       }
       (void)pending_first;
     }
@@ -751,6 +797,47 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
         deps_of[span.first].push_back(it->second);
       }
     }
+
+  if (par.p2p_blocking && par.pp > 1 && par.schedule != PipelineSchedule::gpipe) {
+    // A synchronous transfer (NCCL send/recv in batch_isend_irecv) also waits for the receiver to
+    // post its receive, which it does in the p2p call that ends one of its own steps. Megatron's
+    // schedules (p2p_communication.py before 2023, schedules.py): interleaved, the call after a
+    // step sends that step's outputs and receives every input of the next step (warm-up
+    // forwards, steady {forward, backward} pairs, cool-down backwards), and the next step starts
+    // when all of them have arrived; 1F1B without interleaving combines the send and the
+    // receive only in the steady state (send_forward_recv_backward, send_backward_recv_forward)
+    // and posts separate calls in warm-up and cool-down, the receive after the send completes.
+    for (int r = 0; r < nranks; ++r) {
+      const std::vector<RankState::Pass>& ps = ranks[r].passes;
+      const std::int64_t n = std::int64_t(ps.size());
+      const std::int64_t warm = warmup_passes(par, stage_of(r), m);
+      // Step of each pass: warm singles, steady pairs (interleaved), cool-down singles.
+      std::vector<std::int64_t> step(std::size_t(n), 0), step_start;
+      for (std::int64_t i = 0; i < n; ++i) {
+        if (i == 0 || !opens_pair(v, warm, n, i - 1)) step_start.push_back(i);
+        step[std::size_t(i)] = std::int64_t(step_start.size()) - 1;
+      }
+      for (std::int64_t i = 1; i < n; ++i) {
+        const RankState::Pass& p = ps[std::size_t(i)];
+        auto it = sends.find({r, p.forward, p.chunk, p.mb});
+        if (it == sends.end()) continue;
+        const std::int64_t t = step[std::size_t(i)];
+        if (t == 0) continue;  // posted before the first step
+        const std::int64_t prev_last = step_start[std::size_t(t)] - 1;  // last pass of the previous step
+        const RankState::Pass& q = ps[std::size_t(prev_last)];
+        TaskId post = q.last;
+        if (v == 1 && (i <= warm || i >= n - warm) && q.sends) post = q.send;  // separate calls
+        ex.add_dependency(it->second, post);
+        deps_of[it->second].push_back(post);
+        // The step starts when every receive of the call has completed.
+        const TaskId gate = ps[std::size_t(step_start[std::size_t(t)])].first;
+        if (gate != p.first) {
+          ex.add_dependency(gate, it->second);
+          deps_of[gate].push_back(it->second);
+        }
+      }
+    }
+  }
 
   ex.on_start([&](TaskId id, Time at) {
     if (const auto* ops = opens.find(id))
@@ -925,7 +1012,8 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   if (cfg.keep_trace) {
     for (TaskId id = 0; id < ex.task_count(); ++id) {
       const Kernel* k = kernel_of[id];
-      std::string name = k ? k->name : (track_of[id] == kDpComm ? "dp_comm" : track_of[id] >= kSendFwd ? "pp_send" : "memory");
+      const bool pp_send = track_of[id] >= kSendFwd || (track_of[id] == kCompute && comm_of[id] == std::uint8_t(int(CommGroup::pp) + 1));
+      std::string name = k ? k->name : track_of[id] == kDpComm ? "dp_comm" : pp_send ? "pp_send" : "memory";
       if (track_of[id] == kBarrier || (track_of[id] == kCompute && !k && ex.finish_time(id) == ex.start_time(id))) continue;
       res.trace.push_back({std::move(name), rank_of[id], track_of[id], ex.start_time(id), ex.finish_time(id)});
     }

@@ -1,3 +1,4 @@
+#include <algorithm>
 // Parallel plans against closed forms: the pipeline bubble of GPipe/1F1B, the activations each
 // schedule keeps, DDP's exposed all-reduce, ZeRO's shares of state, tensor parallelism's traffic.
 #include <catch2/catch.hpp>
@@ -294,6 +295,41 @@ TEST_CASE("blocking pipeline transfers hold the sender's compute stream", "[para
   CHECK(blocking.step_time_s > async.step_time_s);
   CHECK(blocking.step_time_s < async.step_time_s + 2 * blocking.pp_comm_s);
   CHECK(blocking.pp_comm_s == Approx(async.pp_comm_s));
+}
+
+TEST_CASE("a blocking transfer waits for the receiver to post its receive", "[parallel][pipeline]") {
+  // Two stages, the second with three times the layers. Megatron's 1F1B (pre-2023) sends the
+  // first stage's second forward output in send_forward_recv_backward; the last stage posts the
+  // matching receive in send_backward_recv_forward, after its first backward pass. So that send
+  // cannot start before the last stage's first send (its first backward's input gradient) does.
+  StepConfig c = uniform(4, 2, 4, PipelineSchedule::one_f_one_b);
+  c.parallel.layers_per_stage = {1, 3};
+  c.parallel.gpus_per_node = 1;
+  c.keep_trace = true;
+  auto sends_of = [](const StepResult& r, int rank) {
+    std::vector<double> starts;
+    for (const TraceSpan& t : r.trace)
+      if (t.rank == rank && t.name == "pp_send") starts.push_back(t.start.seconds());
+    std::sort(starts.begin(), starts.end());
+    return starts;
+  };
+  const StepResult async = simulate_step(c);
+  c.parallel.p2p_blocking = true;
+  const StepResult blocking = simulate_step(c);
+  const std::vector<double> a0 = sends_of(async, 0), a1 = sends_of(async, 1);
+  const std::vector<double> b0 = sends_of(blocking, 0), b1 = sends_of(blocking, 1);
+  REQUIRE(a0.size() == 4);
+  REQUIRE(b0.size() == 4);
+  REQUIRE(a1.size() == 4);
+  REQUIRE(b1.size() == 4);
+  // Asynchronous, the first stage sends its second output as soon as it is computed, long
+  // before the slow stage finishes its first backward pass; synchronous, only then.
+  CHECK(a0[1] < a1[0]);
+  CHECK(b0[1] >= b1[0] - 1e-12);
+  // The first send's receive was posted at the start: it does not wait.
+  CHECK(b0[0] == Approx(a0[0]));
+  // The slow stage decides the step either way.
+  CHECK(blocking.step_time_s == Approx(async.step_time_s).epsilon(0.05));
 }
 
 TEST_CASE("tied embeddings across a pipeline all-reduce their gradient between the end stages", "[parallel][pipeline]") {
