@@ -1040,30 +1040,48 @@ std::int64_t window_of(const StepConfig& cfg) {
 
 constexpr std::int64_t kExactMicroBatches = 512;
 
+// The two step lengths (micro-batches) simulated to extend a long accumulation linearly, or
+// {0, 0}: simulate every micro-batch.
+struct Windows {
+  std::int64_t a = 0, b = 0;
+};
+
+Windows windows_of(const StepConfig& cfg) {
+  const std::int64_t m = micro_batches_of(cfg);
+  bool stall = false;
+  for (const Straggler& st : cfg.faults.stragglers) stall = stall || st.stall_s > 0;
+  // Without a pipeline every micro-batch between the first (which allocates) and the last (which
+  // starts the gradient reduction, DDP's no_sync) is the same period, so 2 and 3 micro-batches
+  // differ by exactly one of them. A one-time stall is not periodic.
+  if (cfg.parallel.pp == 1 && !stall && m > 5) return {2, 3};
+  const std::int64_t w = window_of(cfg);
+  if (m > kExactMicroBatches && m > 2 * w) return {w, 2 * w};
+  return {};
+}
+
 }  // namespace
 
 std::int64_t simulated_micro_batches(const StepConfig& cfg) {
-  const std::int64_t m = micro_batches_of(cfg);
-  const std::int64_t w = window_of(cfg);
-  return m <= kExactMicroBatches || m <= 2 * w ? m : 2 * w;
+  const Windows win = windows_of(cfg);
+  return win.b > 0 ? win.b : micro_batches_of(cfg);
 }
 
 StepResult simulate_step(const StepConfig& cfg) {
   const std::int64_t m = micro_batches_of(cfg);
-  const std::int64_t w = window_of(cfg);
-  if (m <= kExactMicroBatches || m <= 2 * w) return simulate_step_exact(cfg);
+  const Windows win = windows_of(cfg);
+  if (win.b == 0) return simulate_step_exact(cfg);
   // Gradient accumulation over many micro-batches repeats the same steady-state period: every
   // micro-batch past the pipeline's warm-up adds the same work, the same traffic and (under
-  // GPipe, which keeps every micro-batch's activations) the same memory. Simulate w and 2w
-  // micro-batches and extend the difference linearly to m, instead of building m of them.
+  // GPipe, which keeps every micro-batch's activations) the same memory. Simulate two step
+  // lengths and extend their difference linearly to m, instead of building m micro-batches.
   auto with = [&](std::int64_t mbs) {
     StepConfig c = cfg;
     c.training.global_batch = mbs * std::max<std::int64_t>(1, cfg.training.micro_batch * cfg.parallel.dp);
     return simulate_step_exact(c);
   };
-  const StepResult a = with(w);
-  StepResult r = with(2 * w);
-  const double k = double(m - 2 * w) / double(w);
+  const StepResult a = with(win.a);
+  StepResult r = with(win.b);
+  const double k = double(m - win.b) / double(win.b - win.a);
   auto ext = [k](double& field, double at_w) { field += k * (field - at_w); };
   ext(r.step_time_s, a.step_time_s);
   ext(r.compute_s, a.compute_s);
@@ -1088,7 +1106,7 @@ StepResult simulate_step(const StepConfig& cfg) {
   r.kernels = std::uint64_t(std::llround(kernels));
   r.events = std::uint64_t(std::llround(events));
   r.micro_batches = m;
-  r.extrapolated_from = 2 * w;
+  r.extrapolated_from = win.b;
   r.required_bytes = r.peak_bytes * (1.0 + cfg.fragmentation) + cfg.context_reserve_bytes;
   r.fits = r.required_bytes <= r.capacity_bytes;
   const double tokens = double(cfg.training.global_batch) * double(cfg.training.seq_len);

@@ -1,3 +1,4 @@
+#include <functional>
 #include <algorithm>
 // Parallel plans against closed forms: the pipeline bubble of GPipe/1F1B, the activations each
 // schedule keeps, DDP's exposed all-reduce, ZeRO's shares of state, tensor parallelism's traffic.
@@ -180,6 +181,59 @@ TEST_CASE("long accumulation is extrapolated from two windows and agrees with th
     CHECK(fast.pipeline_bubble_s == Approx(exact.pipeline_bubble_s).epsilon(1e-4).margin(1e-9));
     CHECK(double(fast.kernels) == Approx(double(exact.kernels)).epsilon(1e-9));
   }
+}
+
+TEST_CASE("without a pipeline, 2 and 3 micro-batches give any accumulation exactly", "[parallel][extrapolate]") {
+  // Every micro-batch between the first and the last is the same period: DDP (its buckets in the
+  // last backward), ZeRO-2 and FSDP (a reduce-scatter every micro-batch), a slow data loader,
+  // a slowed GPU, host-bound tiny kernels, GPipe on one stage (memory growing each micro-batch).
+  struct Case {
+    const char* name;
+    std::function<void(StepConfig&)> set;
+  };
+  const std::vector<Case> cases = {
+      {"one GPU", [](StepConfig&) {}},
+      {"DDP", [](StepConfig& c) { c.parallel.dp = 4; }},
+      {"ZeRO-2", [](StepConfig& c) { c.parallel.dp = 4; c.parallel.zero = 2; }},
+      {"FSDP", [](StepConfig& c) { c.parallel.dp = 4; c.parallel.fsdp = FsdpMode::full_shard; }},
+      {"TP and a slow loader",
+       [](StepConfig& c) {
+         c.parallel.tp = 2;
+         c.faults.stragglers.push_back({0, 1.5, 2e-4, 0, 0});
+       }},
+      {"host-bound", [](StepConfig& c) { c.model.hidden = 64; c.model.ffn = 256; c.model.heads = 2; c.model.kv_heads = 2;
+                                          c.profile = default_profile(c.gpu); }},
+      {"GPipe", [](StepConfig& c) { c.parallel.schedule = PipelineSchedule::gpipe; }},
+  };
+  for (const Case& k : cases) {
+    for (std::int64_t m : {6, 7, 16}) {
+      INFO(k.name << ", " << m << " micro-batches");
+      StepConfig c = uniform(4, 1, m, PipelineSchedule::one_f_one_b);
+      c.model.hidden = 512;
+      c.model.heads = 8;
+      c.model.kv_heads = 8;
+      c.model.ffn = 2048;
+      c.training.seq_len = 512;
+      k.set(c);
+      c.training.global_batch = m * c.parallel.dp;
+      REQUIRE(simulated_micro_batches(c) == 3);
+      const StepResult exact = simulate_step_exact(c);
+      const StepResult fast = simulate_step(c);
+      CHECK(fast.extrapolated_from == 3);
+      CHECK(fast.micro_batches == m);
+      CHECK(fast.step_time_s == Approx(exact.step_time_s).epsilon(1e-9));
+      CHECK(fast.peak_bytes == Approx(exact.peak_bytes).epsilon(1e-9));
+      CHECK(fast.compute_s == Approx(exact.compute_s).epsilon(1e-9));
+      CHECK(fast.exposed_comm_s == Approx(exact.exposed_comm_s).epsilon(1e-6).margin(1e-12));
+      CHECK(fast.host_stall_s == Approx(exact.host_stall_s).epsilon(1e-6).margin(1e-12));
+      CHECK(fast.dp_comm_total_s == Approx(exact.dp_comm_total_s).epsilon(1e-9).margin(1e-15));
+      CHECK(double(fast.kernels) == Approx(double(exact.kernels)).epsilon(1e-12));
+    }
+  }
+  // A one-time stall is not periodic: simulated in full.
+  StepConfig c = uniform(4, 1, 16, PipelineSchedule::one_f_one_b);
+  c.faults.stragglers.push_back({0, 1.0, 0, 0.01, 7});
+  CHECK(simulated_micro_batches(c) == 16);
 }
 
 namespace {
