@@ -9,6 +9,15 @@ StreamId StreamExecutor::add_stream() {
   return static_cast<StreamId>(streams_.size() - 1);
 }
 
+void StreamExecutor::add_edge(TaskId from, TaskId to) {
+  const auto e = static_cast<std::uint32_t>(edges_.size());
+  edges_.push_back({to, kNoEdge});
+  Task& t = tasks_[from];
+  if (t.last_edge == kNoEdge) t.first_edge = e;
+  else edges_[t.last_edge].next = e;
+  t.last_edge = e;
+}
+
 TaskId StreamExecutor::add_task(StreamId stream, Time duration, std::span<const TaskId> deps, std::uint32_t tag) {
   SCALEOUT_CHECK(stream < streams_.size(), "task on an unknown stream");
   const auto id = static_cast<TaskId>(tasks_.size());
@@ -16,14 +25,14 @@ TaskId StreamExecutor::add_task(StreamId stream, Time duration, std::span<const 
   t.duration = duration;
   t.stream = stream;
   t.tag = tag;
+  tasks_.push_back(t);
   for (TaskId d : deps) {
     SCALEOUT_CHECK(d < id, "add(): dependencies on later tasks go through add_dependency()");
     if (!tasks_[d].done) {
-      ++t.pending_deps;
-      tasks_[d].dependents.push_back(id);
+      ++tasks_[id].pending_deps;
+      add_edge(d, id);
     }
   }
-  tasks_.push_back(std::move(t));
   streams_[stream].order.push_back(id);
   return id;
 }
@@ -48,7 +57,13 @@ void StreamExecutor::add_dependency(TaskId task, TaskId dep) {
   SCALEOUT_CHECK(!tasks_[task].running && !tasks_[task].done, "add_dependency: task already started");
   if (tasks_[dep].done) return;
   ++tasks_[task].pending_deps;
-  tasks_[dep].dependents.push_back(task);
+  add_edge(dep, task);
+}
+
+void StreamExecutor::set_release(TaskId task, Time at) {
+  SCALEOUT_CHECK(task < tasks_.size(), "set_release: unknown task");
+  SCALEOUT_CHECK(!tasks_[task].running && !tasks_[task].done, "set_release: task already started");
+  tasks_[task].release = at;
 }
 
 void StreamExecutor::start() {
@@ -62,6 +77,16 @@ void StreamExecutor::try_start(StreamId s) {
   const TaskId id = st.order[st.head];
   Task& t = tasks_[id];
   if (t.pending_deps > 0) return;
+  if (t.release > sim_.now()) {
+    if (!st.wake_pending) {
+      st.wake_pending = true;
+      sim_.schedule_at(t.release, [this, s] {
+        streams_[s].wake_pending = false;
+        try_start(s);
+      });
+    }
+    return;
+  }
   st.busy = true;
   t.running = true;
   t.started = sim_.now();
@@ -88,8 +113,9 @@ void StreamExecutor::finish(TaskId id) {
   ++streams_[s].head;
   for (auto& h : on_finish_) h(id, sim_.now());
   // Dependents first, in insertion order, then the next task of this stream: deterministic.
-  const std::vector<TaskId> dependents = std::move(tasks_[id].dependents);
-  for (TaskId d : dependents) {
+  // (try_start may add tasks and edges: index, never hold references.)
+  for (std::uint32_t e = tasks_[id].first_edge; e != kNoEdge; e = edges_[e].next) {
+    const TaskId d = edges_[e].to;
     if (--tasks_[d].pending_deps == 0) try_start(tasks_[d].stream);
   }
   try_start(s);

@@ -34,6 +34,10 @@ class StreamExecutor {
 
   // `task` also waits for `dep`; both must exist and `task` must not have started.
   void add_dependency(TaskId task, TaskId dep);
+  // `task` starts no earlier than `at` (its launch, by a host thread that nothing else holds up,
+  // is known when it is built): a time instead of a task to wait for.
+  void set_release(TaskId task, Time at);
+  Time release(TaskId id) const { return tasks_[id].release; }
   // Makes every task whose dependencies are met start; call once after building the graph (tasks
   // may still be added later, e.g. by hooks).
   void start();
@@ -54,6 +58,7 @@ class StreamExecutor {
  private:
   struct Task {
     Time duration;
+    Time release = Time::zero();
     Time started = Time::max();
     Time finished = Time::max();
     StreamId stream = 0;
@@ -62,18 +67,28 @@ class StreamExecutor {
     std::uint32_t launcher = 0;  // 0: none; else index + 1 into launchers_
     bool running = false;
     bool done = false;
-    std::vector<TaskId> dependents;
+    // Tasks waiting for this one, in insertion order: a list threaded through edges_ (one
+    // allocation for the whole graph instead of a vector per task).
+    std::uint32_t first_edge = kNoEdge, last_edge = kNoEdge;
   };
+  static constexpr std::uint32_t kNoEdge = 0xffffffffu;
+  struct Edge {
+    TaskId to;
+    std::uint32_t next;
+  };
+  void add_edge(TaskId from, TaskId to);
   struct Stream {
     std::vector<TaskId> order;
     std::size_t head = 0;
     bool busy = false;
+    bool wake_pending = false;  // a wake-up at the head task's release time is scheduled
   };
   TaskId add_task(StreamId stream, Time duration, std::span<const TaskId> deps, std::uint32_t tag);
   void try_start(StreamId s);
 
   Simulator& sim_;
   std::vector<Task> tasks_;
+  std::vector<Edge> edges_;
   std::vector<Stream> streams_;
   std::vector<Launcher> launchers_;
   std::vector<Hook> on_start_, on_finish_;

@@ -73,7 +73,7 @@ bool ChunkPlanner::region_input(const OpRec& op, int t) const {
 PlanItem ChunkPlanner::run_forward_op(MbState& st, const OpRec& op, Phase phase, std::vector<int>* replay_held) const {
   PlanItem it;
   it.phase = phase;
-  it.kernels = op.fwd;
+  it.tape_kernels = &op.fwd;
   it.layer = op.layer;
   if (op.fwd_workspace_bytes > 0) {
     it.allocs.push_back({MemCategory::other, op.fwd_workspace_bytes});
@@ -175,7 +175,7 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch) {
     }
     PlanItem it;
     it.phase = Phase::backward;
-    it.kernels = op.bwd;
+    it.tape_kernels = &op.bwd;
     it.layer = op.layer;
     for (int t : op.inputs)
       if (tape_.tensors[t].requires_grad && !st.grad_alive[t]) {
@@ -297,7 +297,7 @@ std::vector<PlanItem> ChunkPlanner::optimizer() const {
       k.kind = KernelKind::memory;
       k.bytes = bytes_per_param * n / launches;
       k.name = "optimizer";
-      it.kernels.push_back(std::move(k));
+      it.own.push_back(std::move(k));
     }
   }
   return {it};

@@ -5,6 +5,7 @@
 // each has its own tensor state; parameters and their gradients are shared.
 #include <cstdint>
 #include <map>
+#include <span>
 #include <vector>
 
 #include "models/tape.hpp"
@@ -21,7 +22,13 @@ struct MemOp {
 
 struct PlanItem {
   Phase phase = Phase::forward;
-  std::vector<Kernel> kernels;
+  // The op's kernels, in the tape (which outlives the plan: no copy per micro-batch), or made
+  // for this item (`own`: the optimizer's).
+  const std::vector<Kernel>* tape_kernels = nullptr;
+  std::vector<Kernel> own;
+  std::span<const Kernel> kernels() const {
+    return tape_kernels ? std::span<const Kernel>(*tape_kernels) : std::span<const Kernel>(own);
+  }
   std::vector<MemOp> allocs, frees;
   double host_prologue_tensors = 0;  // optimizer: per-tensor Python work before the first launch
   int layer = -1;                    // the layer of the op (-1: embedding, head, bookkeeping)

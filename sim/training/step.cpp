@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -121,6 +122,38 @@ struct Work {
   bool forward;
   int chunk;
   int mb;
+};
+
+// Each task's dependencies in insertion order, as lists threaded through one array (a vector
+// per task cost a heap allocation per task).
+class DepLists {
+ public:
+  void resize(std::size_t n) {
+    if (n > head_.size()) {
+      head_.resize(n, kNone);
+      tail_.resize(n, kNone);
+    }
+  }
+  void push(TaskId task, TaskId dep) {
+    const auto e = static_cast<std::uint32_t>(nodes_.size());
+    nodes_.push_back({dep, kNone});
+    if (tail_[task] == kNone) head_[task] = e;
+    else nodes_[tail_[task]].next = e;
+    tail_[task] = e;
+  }
+  template <class F>
+  void for_each(TaskId task, F&& f) const {
+    for (std::uint32_t e = head_[task]; e != kNone; e = nodes_[e].next) f(nodes_[e].dep);
+  }
+
+ private:
+  static constexpr std::uint32_t kNone = 0xffffffffu;
+  struct Node {
+    TaskId dep;
+    std::uint32_t next;
+  };
+  std::vector<Node> nodes_;
+  std::vector<std::uint32_t> head_, tail_;
 };
 
 // Forward passes before a stage's first backward in Megatron's 1F1B and interleaved 1F1B
@@ -267,7 +300,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   }
 
   std::vector<RankState> ranks(nranks);
-  std::vector<std::vector<TaskId>> deps_of;  // for attribution of idle gaps
+  DepLists deps_of;  // for attribution of idle gaps
   std::vector<const Kernel*> kernel_of;
   std::vector<int> rank_of, track_of;
   std::vector<std::array<TaskId, 5>> last_on(nranks);  // last task + 1 on each of a rank's streams (0: none)
@@ -275,22 +308,38 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   // What each task's time counts as: 0 nothing, else a CommGroup + 1 (the pipeline's sends: pp).
   std::vector<std::uint8_t> comm_of;
   StreamExecutor::Launcher launch_next;  // set just before add_task: the task is started by it
-  auto add_task = [&](int rank, int track, Time dur, std::vector<TaskId> deps, const Kernel* k) {
-    const std::span<const TaskId> dspan(deps.data(), deps.size());
-    const TaskId id = launch_next ? ex.add_launched(ranks[rank].streams[track], std::move(launch_next), dspan)
-                                  : ex.add(ranks[rank].streams[track], dur, dspan);
+  // `release`: not before (the kernel's launch by the host thread).
+  auto add_task_span = [&](int rank, int track, Time dur, std::span<const TaskId> deps, const Kernel* k,
+                           Time release = Time::zero()) {
+    const TaskId id = launch_next ? ex.add_launched(ranks[rank].streams[track], std::move(launch_next), deps)
+                                  : ex.add(ranks[rank].streams[track], dur, deps);
+    if (release > Time::zero()) ex.set_release(id, release);
     launch_next = nullptr;
     comm_of.resize(id + 1, 0);
     deps_of.resize(id + 1);
     kernel_of.resize(id + 1, nullptr);
     rank_of.resize(id + 1, 0);
     track_of.resize(id + 1, 0);
-    deps_of[id] = std::move(deps);
+    for (TaskId d : deps) deps_of.push(id, d);
     kernel_of[id] = k;
     rank_of[id] = rank;
     track_of[id] = track;
     last_on[rank][track] = id + 1;
     return id;
+  };
+  auto add_task = [&](int rank, int track, Time dur, const std::vector<TaskId>& deps, const Kernel* k,
+                      Time release = Time::zero()) {
+    return add_task_span(rank, track, dur, std::span<const TaskId>(deps.data(), deps.size()), k, release);
+  };
+  // Each rank's host thread launches kernels one after another and waits for nothing (no
+  // synchronisation is modelled on it), so when it launches each one is known as the graph is
+  // built: a running clock per rank, and the kernels carry it as their release time.
+  std::vector<Time> host_clock(nranks, Time::zero());
+  std::vector<TraceSpan> host_spans;  // the host thread's work, for the trace
+  auto host_work = [&](int rank, Time d, const char* name) {
+    if (cfg.keep_trace) host_spans.push_back({name, rank, kHost, host_clock[rank], host_clock[rank] + d});
+    host_clock[rank] += d;
+    return host_clock[rank];
   };
 
   // Flows on the cluster graph. A simulated rank's group, as global ranks; folded, the other
@@ -376,12 +425,13 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   struct Arrival {
     int rank;
     std::vector<TaskId> after;
+    Time release;  // its host's launch
   };
   std::map<TaskId, std::vector<Arrival>> arrivals;  // barrier -> members and what they waited for
   auto sync_task = [&](int rank, int track, Time dur, std::vector<TaskId> deps, const Kernel* k, CommGroup g,
-                       CollectiveKind kind, double bytes) {
+                       CollectiveKind kind, double bytes, Time release = Time::zero()) {
     const std::uint8_t label = std::uint8_t(int(g) + 1);
-    if (group_size(g) <= 1) return add_task(rank, track, dur, std::move(deps), k);
+    if (group_size(g) <= 1) return add_task(rank, track, dur, deps, k, release);
     if (cfg.fold) {
       if (net) {
         const Coords c = coords_of(rank);
@@ -390,7 +440,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
         for (const auto& sh : shadows_of(g, c, mem)) extra.push_back(spec_of(kind, sh, bytes));
         launch_next = folded_launcher(spec_of(kind, std::move(mem), bytes), std::move(extra));
       }
-      const TaskId id = add_task(rank, track, dur, std::move(deps), k);
+      const TaskId id = add_task(rank, track, dur, deps, k, release);
       comm_of[id] = label;
       return id;
     }
@@ -414,9 +464,10 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     if (last_on[rank][track] > 0) after.push_back(last_on[rank][track] - 1);
     for (TaskId d : after) {
       ex.add_dependency(b, d);
-      deps_of[b].push_back(d);
+      deps_of.push(b, d);
     }
-    arrivals[b].push_back({rank, std::move(after)});
+    if (release > ex.release(b)) ex.set_release(b, release);
+    arrivals[b].push_back({rank, std::move(after), release});
     if (net) {
       Rendezvous& rv = rendezvous[b];
       if (rv.expected == 0) {
@@ -432,7 +483,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
           });
       };
     }
-    const TaskId id = add_task(rank, track, dur, {b}, k);
+    const TaskId id = add_task(rank, track, dur, {b}, k, release);
     comm_of[id] = label;
     return id;
   };
@@ -479,7 +530,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     const std::vector<MemOp>* find(TaskId id) const { return id < v.size() && !v[id].empty() ? &v[id] : nullptr; }
   };
   MemOpsByTask opens, closes;
-  std::vector<std::unique_ptr<PlanItem>> keep_items;
+  std::deque<PlanItem> keep_items;  // the kernels that tasks point to (a deque never moves them)
   auto host_cost = [&](Phase p) {
     switch (p) {
       case Phase::forward: return cfg.profile.host_fwd_kernel;
@@ -494,17 +545,23 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
 
   // Emits a plan item's kernels on a rank; returns its first and last compute tasks.
   auto emit = [&](int rank, PlanItem item, std::vector<TaskId> first_deps) -> std::pair<TaskId, TaskId> {
-    keep_items.push_back(std::make_unique<PlanItem>(std::move(item)));
-    const PlanItem& it = *keep_items.back();
+    // Tasks point at the kernels: tape kernels stay where they are, an item's own are kept.
+    const PlanItem* kept = &item;
+    if (!item.own.empty()) {
+      keep_items.push_back(std::move(item));
+      kept = &keep_items.back();
+    }
+    const PlanItem& it = *kept;
+    const std::span<const Kernel> kernels = it.kernels();
     TaskId first = 0, last = 0;
-    if (it.kernels.empty()) {
+    if (kernels.empty()) {
       first = last = add_task(rank, kCompute, Time::zero(), first_deps, nullptr);
     } else {
       if (it.host_prologue_tensors > 0)
-        add_task(rank, kHost, Time::from_seconds(it.host_prologue_tensors * cfg.profile.host_opt_tensor.seconds()), {}, nullptr);
-      for (std::size_t k = 0; k < it.kernels.size(); ++k) {
-        const Kernel& kernel = it.kernels[k];
-        const TaskId h = add_task(rank, kHost, host_cost(it.phase), {}, &kernel);
+        host_work(rank, Time::from_seconds(it.host_prologue_tensors * cfg.profile.host_opt_tensor.seconds()), "optimizer_prologue");
+      for (std::size_t k = 0; k < kernels.size(); ++k) {
+        const Kernel& kernel = kernels[k];
+        const Time launched = host_work(rank, host_cost(it.phase), kernel.name.c_str());
         Time dt;
         const bool coll = kernel.kind == KernelKind::collective;
         if (coll) {
@@ -516,10 +573,10 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
           phase_time[static_cast<int>(it.phase)] += dt.seconds();
           (it.phase == Phase::optimizer ? rank_optimizer : it.phase == Phase::recompute ? rank_recompute : rank_compute)[rank] += dt.seconds();
         }
-        std::vector<TaskId> deps{h};
-        if (k == 0) deps.insert(deps.end(), first_deps.begin(), first_deps.end());
-        const TaskId g = coll ? sync_task(rank, kCompute, dt, std::move(deps), &kernel, kernel.group, kernel.coll, kernel.bytes)
-                              : add_task(rank, kCompute, dt, std::move(deps), &kernel);
+        const std::span<const TaskId> deps = k == 0 ? std::span<const TaskId>(first_deps) : std::span<const TaskId>();
+        const TaskId g = coll ? sync_task(rank, kCompute, dt, std::vector<TaskId>(deps.begin(), deps.end()), &kernel, kernel.group,
+                                          kernel.coll, kernel.bytes, launched)
+                              : add_task_span(rank, kCompute, dt, deps, &kernel, launched);
         if (k == 0) first = g;
         last = g;
         if (q_of(rank) == 0) ++res.kernels;
@@ -620,9 +677,9 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
                                               : ch.planner->backward(w.mb, ++bwd_done[w.chunk] == int(m));
       if (w.forward && w.chunk == 0) {
         // Faults on this GPU's host: a slow data loader (first stage) or a one-time stall.
-        if (loader_delay[r] > 0 && vs == 0) add_task(r, kHost, Time::from_seconds(loader_delay[r]), {}, nullptr);
+        if (loader_delay[r] > 0 && vs == 0) host_work(r, Time::from_seconds(loader_delay[r]), "data_loader");
         for (const auto& [mb, len] : stalls[r])
-          if (mb == w.mb) add_task(r, kHost, Time::from_seconds(len), {}, nullptr);
+          if (mb == w.mb) host_work(r, Time::from_seconds(len), "stall");
       }
       TaskId first = 0, last = 0;
       bool started = false;
@@ -635,7 +692,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
         // ZeRO-3 / FSDP: gather a layer's parameters before its first op, release them after.
         std::vector<TaskId> first_deps;
         const bool compute_phase = item.phase != Phase::optimizer;
-        if (gather_params && compute_phase && item.layer != cur_layer && !item.kernels.empty()) {
+        if (gather_params && compute_phase && item.layer != cur_layer && !item.kernels().empty()) {
           if (have_gather && (w.forward ? par.fsdp != FsdpMode::shard_grad_op : true)) {
             // Reshard the previous layer.
             closes[last].push_back({MemCategory::other, gathered_bytes});
@@ -794,7 +851,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
       auto it = sends.find({r, fwd, c, mb});
       if (it != sends.end()) {
         ex.add_dependency(span.first, it->second);
-        deps_of[span.first].push_back(it->second);
+        deps_of.push(span.first, it->second);
       }
     }
 
@@ -828,12 +885,12 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
         TaskId post = q.last;
         if (v == 1 && (i <= warm || i >= n - warm) && q.sends) post = q.send;  // separate calls
         ex.add_dependency(it->second, post);
-        deps_of[it->second].push_back(post);
+        deps_of.push(it->second, post);
         // The step starts when every receive of the call has completed.
         const TaskId gate = ps[std::size_t(step_start[std::size_t(t)])].first;
         if (gate != p.first) {
           ex.add_dependency(gate, it->second);
-          deps_of[gate].push_back(it->second);
+          deps_of.push(gate, it->second);
         }
       }
     }
@@ -893,7 +950,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     Time last = Time::zero();
     int last_rank = 0;
     for (const Arrival& a : members) {
-      Time at = Time::zero();
+      Time at = a.release;
       for (TaskId d : a.after) at = max(at, ex.finish_time(d));
       own_arrival[{b, a.rank}] = at;
       if (at >= last) {
@@ -927,8 +984,8 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   std::vector<Time> prev_end(nranks, Time::zero());
   std::function<int(TaskId, int, Time&)> cause_of = [&](TaskId id, int r, Time& latest) {
     int cause = kHost;
-    latest = Time::zero();
-    for (TaskId d : deps_of[id])
+    latest = ex.release(id);  // its launch
+    deps_of.for_each(id, [&](TaskId d) {
       if (ex.finish_time(d) >= latest) {
         latest = ex.finish_time(d);
         cause = track_of[d];
@@ -939,15 +996,18 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
             Time inner;
             cause = kHost;
             for (const Arrival& a : arrivals[d])
-              if (a.rank == r)
+              if (a.rank == r) {
+                inner = a.release;
                 for (TaskId e : a.after)
                   if (ex.finish_time(e) >= inner) {
                     inner = ex.finish_time(e);
                     cause = track_of[e];
                   }
+              }
           }
         }
       }
+    });
     return cause;
   };
   for (TaskId id = 0; id < ex.task_count(); ++id) {
@@ -1017,6 +1077,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
       if (track_of[id] == kBarrier || (track_of[id] == kCompute && !k && ex.finish_time(id) == ex.start_time(id))) continue;
       res.trace.push_back({std::move(name), rank_of[id], track_of[id], ex.start_time(id), ex.finish_time(id)});
     }
+    res.trace.insert(res.trace.end(), host_spans.begin(), host_spans.end());
     res.memory_timeline = ranks[0].mem.timeline();
   }
   return res;
