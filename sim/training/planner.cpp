@@ -11,9 +11,11 @@ ChunkPlanner::ChunkPlanner(const Tape& tape, const TrainingSpec& training, Shard
     : tape_(tape), tr_(training), shard_(shard) {
   for (const ParamRec& p : tape_.params) (p.trainable ? trainable_ : frozen_) += p.count;
   first_op_of_region_.assign(tape_.regions, -1);
+  ops_of_region_.assign(tape_.regions, {});
   for (std::size_t i = 0; i < tape_.ops.size(); ++i) {
     const int rg = tape_.ops[i].region;
     if (rg >= 0 && first_op_of_region_[rg] < 0) first_op_of_region_[rg] = int(i);
+    if (rg >= 0) ops_of_region_[rg].push_back(int(i));
   }
   param_grad_alive_.assign(tape_.params.size(), shard_.persistent_grads);
 }
@@ -141,9 +143,7 @@ std::vector<PlanItem> ChunkPlanner::forward(int mb) {
 }
 
 void ChunkPlanner::replay(MbState& st, int region, std::vector<PlanItem>& out) const {
-  std::vector<int> ops;
-  for (std::size_t i = 0; i < tape_.ops.size(); ++i)
-    if (tape_.ops[i].region == region) ops.push_back(int(i));
+  const std::vector<int>& ops = ops_of_region_[region];
   for (int i : ops)
     for (int t : tape_.ops[i].inputs) ++st.uses[t];
   std::vector<int> held;

@@ -74,6 +74,7 @@ class ChunkPlanner {
   ShardPlan shard_;
   double trainable_ = 0, frozen_ = 0;
   std::vector<int> first_op_of_region_;
+  std::vector<std::vector<int>> ops_of_region_;  // each checkpointed region's ops, in order
   std::vector<bool> param_grad_alive_;
   std::map<int, MbState> mbs_;
 };

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <unordered_map>
 
 #include "models/step_tape.hpp"
 #include "sim/engine/check.hpp"
@@ -124,32 +125,35 @@ struct Work {
   int mb;
 };
 
-// Each task's dependencies in insertion order, as lists threaded through one array (a vector
-// per task cost a heap allocation per task).
-class DepLists {
+// Per-task lists (a task's dependencies, the memory it allocates or frees) in insertion order,
+// threaded through one array: a vector per task cost a heap allocation per task.
+template <class T>
+class TaskLists {
  public:
-  void resize(std::size_t n) {
-    if (n > head_.size()) {
-      head_.resize(n, kNone);
-      tail_.resize(n, kNone);
+  void push(TaskId task, const T& value) {
+    if (task >= head_.size()) {
+      head_.resize(std::size_t(task) + 1, kNone);
+      tail_.resize(std::size_t(task) + 1, kNone);
     }
-  }
-  void push(TaskId task, TaskId dep) {
     const auto e = static_cast<std::uint32_t>(nodes_.size());
-    nodes_.push_back({dep, kNone});
+    nodes_.push_back({value, kNone});
     if (tail_[task] == kNone) head_[task] = e;
     else nodes_[tail_[task]].next = e;
     tail_[task] = e;
   }
+  void push(TaskId task, const std::vector<T>& values) {
+    for (const T& v : values) push(task, v);
+  }
   template <class F>
   void for_each(TaskId task, F&& f) const {
-    for (std::uint32_t e = head_[task]; e != kNone; e = nodes_[e].next) f(nodes_[e].dep);
+    if (task >= head_.size()) return;
+    for (std::uint32_t e = head_[task]; e != kNone; e = nodes_[e].next) f(nodes_[e].value);
   }
 
  private:
   static constexpr std::uint32_t kNone = 0xffffffffu;
   struct Node {
-    TaskId dep;
+    T value;
     std::uint32_t next;
   };
   std::vector<Node> nodes_;
@@ -300,7 +304,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   }
 
   std::vector<RankState> ranks(nranks);
-  DepLists deps_of;  // for attribution of idle gaps
+  TaskLists<TaskId> deps_of;  // for attribution of idle gaps
   std::vector<const Kernel*> kernel_of;
   std::vector<int> rank_of, track_of;
   std::vector<std::array<TaskId, 5>> last_on(nranks);  // last task + 1 on each of a rank's streams (0: none)
@@ -316,7 +320,6 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     if (release > Time::zero()) ex.set_release(id, release);
     launch_next = nullptr;
     comm_of.resize(id + 1, 0);
-    deps_of.resize(id + 1);
     kernel_of.resize(id + 1, nullptr);
     rank_of.resize(id + 1, 0);
     track_of.resize(id + 1, 0);
@@ -452,7 +455,6 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
       auto sit = barrier_streams.find({int(g), gid});
       if (sit == barrier_streams.end()) sit = barrier_streams.emplace(std::make_pair(int(g), gid), ex.add_stream()).first;
       b = ex.add(sit->second, Time::zero(), {});
-      deps_of.resize(b + 1);
       kernel_of.resize(b + 1, nullptr);
       rank_of.resize(b + 1, rank);
       track_of.resize(b + 1, kBarrier);
@@ -521,15 +523,9 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
 
   // Memory effects hang on tasks: allocations when a task starts, frees when it ends.
   // Indexed by task (grown on demand): flat, as every task's start and finish looks here.
-  struct MemOpsByTask {
-    std::vector<std::vector<MemOp>> v;
-    std::vector<MemOp>& operator[](TaskId id) {
-      if (id >= v.size()) v.resize(std::size_t(id) + 1);
-      return v[id];
-    }
-    const std::vector<MemOp>* find(TaskId id) const { return id < v.size() && !v[id].empty() ? &v[id] : nullptr; }
-  };
-  MemOpsByTask opens, closes;
+  // Memory effects hang on tasks: allocations when a task starts, frees when it ends.
+  TaskLists<MemOp> opens, closes;
+  std::unordered_map<const Kernel*, Time> kernel_time;
   std::deque<PlanItem> keep_items;  // the kernels that tasks point to (a deque never moves them)
   auto host_cost = [&](Phase p) {
     switch (p) {
@@ -569,7 +565,16 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
           double* acc = kernel.group == CommGroup::tp ? &rank_tp[rank] : kernel.group == CommGroup::cp ? &rank_cp[rank] : &rank_ep[rank];
           *acc += dt.seconds();
         } else {
-          dt = slowdown[rank] == 1.0 ? cm.time(kernel) : Time::from_seconds(cm.time(kernel).seconds() * slowdown[rank]);
+          // Every micro-batch runs the tape's kernels again: their times are computed once.
+          Time base;
+          if (it.tape_kernels) {
+            auto [pos, fresh] = kernel_time.try_emplace(&kernel);
+            if (fresh) pos->second = cm.time(kernel);
+            base = pos->second;
+          } else {
+            base = cm.time(kernel);
+          }
+          dt = slowdown[rank] == 1.0 ? base : Time::from_seconds(base.seconds() * slowdown[rank]);
           phase_time[static_cast<int>(it.phase)] += dt.seconds();
           (it.phase == Phase::optimizer ? rank_optimizer : it.phase == Phase::recompute ? rank_recompute : rank_compute)[rank] += dt.seconds();
         }
@@ -582,14 +587,8 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
         if (q_of(rank) == 0) ++res.kernels;
       }
     }
-    if (!it.allocs.empty()) {
-      auto& v0 = opens[first];
-      v0.insert(v0.end(), it.allocs.begin(), it.allocs.end());
-    }
-    if (!it.frees.empty()) {
-      auto& v1 = closes[last];
-      v1.insert(v1.end(), it.frees.begin(), it.frees.end());
-    }
+    opens.push(first, it.allocs);
+    closes.push(last, it.frees);
     return {first, last};
   };
 
@@ -695,7 +694,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
         if (gather_params && compute_phase && item.layer != cur_layer && !item.kernels().empty()) {
           if (have_gather && (w.forward ? par.fsdp != FsdpMode::shard_grad_op : true)) {
             // Reshard the previous layer.
-            closes[last].push_back({MemCategory::other, gathered_bytes});
+            closes.push(last, {MemCategory::other, gathered_bytes});
           }
           cur_layer = item.layer;
           const double lp = ch.planner->layer_params(item.layer) * (item.layer >= 0 ? 1.0 : 1.0);
@@ -714,7 +713,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
             layer_gather = sync_task(r, kDpComm, Time::from_seconds(t), gdeps, nullptr, CommGroup::dp, CollectiveKind::all_gather,
                                      lp * dtype_bytes(gather_dtype));
             if (q_of(r) == 0) res.dp_comm_total_s += t;
-            opens[layer_gather].push_back({MemCategory::other, gathered_bytes});
+            opens.push(layer_gather, {MemCategory::other, gathered_bytes});
             first_deps.push_back(layer_gather);
             have_gather = true;
           } else {
@@ -742,7 +741,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
           }
         }
       }
-      if (gather_params && have_gather) closes[last].push_back({MemCategory::other, gathered_bytes});
+      if (gather_params && have_gather) closes.push(last, {MemCategory::other, gathered_bytes});
       if (gather_params && !w.forward) {
         // Reduce-scatter of this chunk's gradients (per layer in practice; one task per pass
         // here, issued as the pass ends), every micro-batch as FSDP does without no_sync.
@@ -897,12 +896,10 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   }
 
   ex.on_start([&](TaskId id, Time at) {
-    if (const auto* ops = opens.find(id))
-      for (const MemOp& mo : *ops) ranks[rank_of[id]].mem.alloc(mo.category, mo.bytes, at);
+    opens.for_each(id, [&](const MemOp& mo) { ranks[rank_of[id]].mem.alloc(mo.category, mo.bytes, at); });
   });
   ex.on_finish([&](TaskId id, Time at) {
-    if (const auto* ops = closes.find(id))
-      for (const MemOp& mo : *ops) ranks[rank_of[id]].mem.free(mo.category, mo.bytes, at);
+    closes.for_each(id, [&](const MemOp& mo) { ranks[rank_of[id]].mem.free(mo.category, mo.bytes, at); });
   });
   ex.start();
   sim.run();

@@ -80,6 +80,9 @@ BENCHMARK_CAPTURE(run_scenario, dp_1024gpu, std::string("scenarios/parallel/gpt2
 BENCHMARK_CAPTURE(run_scenario, gpt3_175b_1024gpu, std::string("scenarios/parallel/gpt3-175b-1024-a100.json"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(run_scenario, llama3_405b_16384gpu, std::string("scenarios/parallel/llama3-405b-16k-h100.json"))->Unit(benchmark::kMillisecond);
 
+// The heaviest one-GPU scenario shipped: 80 layers with LoRA adapters on every linear layer.
+BENCHMARK_CAPTURE(run_scenario, llama2_70b_qlora_1gpu, std::string("scenarios/seed/70b-qlora-h100.json"))->Unit(benchmark::kMillisecond);
+
 BENCHMARK_CAPTURE(run_flow, llama3_8b_8gpu, std::string("scenarios/parallel/llama3-8b-8xh100.json"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(run_flow, dp_1024gpu, std::string("scenarios/parallel/gpt2-xl-dp-1024xa100.json"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(run_flow, gpt3_175b_1024gpu, std::string("scenarios/parallel/gpt3-175b-1024-a100.json"))->Unit(benchmark::kMillisecond);
