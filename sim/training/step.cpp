@@ -160,6 +160,113 @@ class TaskLists {
   std::vector<std::uint32_t> head_, tail_;
 };
 
+// GPUs that provably behave alike. On the analytic network a GPU's timeline is fixed by its
+// stage, its own faults and the timelines of the GPUs it waits for: its TP, CP, DP and EP groups
+// and its pipeline neighbours. Colour refinement (start from stage and faults; split GPUs whose
+// groups hold different multisets of colours, or whose neighbours differ; repeat until nothing
+// splits) gives the coarsest partition stable under those relations, and GPUs of one class then
+// have identical timelines (by induction over the events): one of each is simulated. Without
+// faults it is one class per stage (plain folding); one straggler adds a few classes per stage
+// (its TP peers, its DP peers, their pipeline neighbours), not a rank per GPU.
+// Returns each GPU's class, GPUs indexed s * Q + q with q = tp_i + tp * (cp_i + cp * dp_i),
+// classes numbered in index order.
+std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::vector<double>>& fault_of) {
+  const std::int64_t Q = p.tp * p.cp * p.dp, n = p.pp * Q;
+  const std::int64_t ep = std::max<std::int64_t>(1, p.ep);
+  std::vector<int> colour(static_cast<std::size_t>(n), 0);
+  auto renumber = [&](const auto& key_of) {
+    std::map<decltype(key_of(0)), int> ids;
+    std::vector<int> out(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) out[std::size_t(i)] = ids.emplace(key_of(i), int(ids.size())).first->second;
+    return std::make_pair(out, ids.size());
+  };
+  auto [initial, count] = renumber([&](std::int64_t i) { return std::make_pair(i / Q, fault_of[std::size_t(i)]); });
+  colour = std::move(initial);
+  for (;;) {
+    // The multiset of colours in each group, interned; a GPU's group of kind k is (kind, base
+    // index, stride, size) and the signature is computed once per group.
+    std::map<std::vector<int>, int> sig_ids;
+    auto signature = [&](std::int64_t first, std::int64_t stride, std::int64_t size) {
+      std::vector<int> cs;
+      cs.reserve(std::size_t(size));
+      for (std::int64_t j = 0; j < size; ++j) cs.push_back(colour[std::size_t(first + j * stride)]);
+      std::sort(cs.begin(), cs.end());
+      return sig_ids.emplace(std::move(cs), int(sig_ids.size())).first->second;
+    };
+    std::vector<std::array<int, 4>> sig(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t q = i % Q;
+      const std::int64_t tp_i = q % p.tp, cp_i = (q / p.tp) % p.cp, dp_i = q / (p.tp * p.cp);
+      // Computed at the group's first member and copied to the others.
+      if (tp_i == 0) {
+        const int g = signature(i, 1, p.tp);
+        for (std::int64_t j = 0; j < p.tp; ++j) sig[std::size_t(i + j)][0] = g;
+      }
+      if (cp_i == 0) {
+        const int g = signature(i, p.tp, p.cp);
+        for (std::int64_t j = 0; j < p.cp; ++j) sig[std::size_t(i + j * p.tp)][1] = g;
+      }
+      if (dp_i == 0) {
+        const int g = signature(i, p.tp * p.cp, p.dp);
+        for (std::int64_t j = 0; j < p.dp; ++j) sig[std::size_t(i + j * p.tp * p.cp)][2] = g;
+      }
+      if (dp_i % ep == 0) {
+        const std::int64_t size = std::min(ep, p.dp - dp_i);
+        const int g = signature(i, p.tp * p.cp, size);
+        for (std::int64_t j = 0; j < size; ++j) sig[std::size_t(i + j * p.tp * p.cp)][3] = g;
+      }
+    }
+    auto [next, next_count] = renumber([&](std::int64_t i) {
+      const std::int64_t s = i / Q, q = i % Q;
+      const int succ = colour[std::size_t(((s + 1) % p.pp) * Q + q)], pred = colour[std::size_t(((s + p.pp - 1) % p.pp) * Q + q)];
+      const auto& g = sig[std::size_t(i)];
+      return std::array<int, 7>{colour[std::size_t(i)], g[0], g[1], g[2], g[3], succ, pred};
+    });
+    colour = std::move(next);
+    if (next_count == count) break;
+    count = next_count;
+  }
+  return colour;
+}
+
+// Each GPU's faults as a key (slowdown, loader delay, then its stalls), GPUs indexed as in
+// symmetry_classes; a healthy GPU's key is empty.
+std::vector<std::vector<double>> faults_by_gpu(const StepConfig& cfg) {
+  const ParallelPlan& p = cfg.parallel;
+  const std::int64_t Q = p.tp * p.cp * p.dp;
+  std::vector<std::vector<double>> out(std::size_t(p.pp * Q));
+  const std::int64_t stp = group_stride(p, CommGroup::tp), scp = group_stride(p, CommGroup::cp);
+  const std::int64_t sdp = group_stride(p, CommGroup::dp), spp = group_stride(p, CommGroup::pp);
+  std::vector<std::vector<std::pair<double, double>>> stalls(out.size());
+  for (const Straggler& st : cfg.faults.stragglers) {
+    SCALEOUT_CHECK(st.rank >= 0 && st.rank < p.gpus(), "straggler rank outside the plan");
+    const std::int64_t i = ((st.rank / spp) % p.pp) * Q + (st.rank / stp) % p.tp +
+                           p.tp * ((st.rank / scp) % p.cp + p.cp * ((st.rank / sdp) % p.dp));
+    std::vector<double>& f = out[std::size_t(i)];
+    if (f.empty()) f = {1.0, 0.0};
+    f[0] = std::max(f[0], st.compute_slowdown);
+    f[1] = std::max(f[1], st.loader_delay_s);
+    if (st.stall_s > 0) stalls[std::size_t(i)].push_back({double(st.stall_micro_batch), st.stall_s});
+  }
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    std::sort(stalls[i].begin(), stalls[i].end());
+    for (const auto& [mb, len] : stalls[i]) {
+      out[i].push_back(mb);
+      out[i].push_back(len);
+    }
+  }
+  return out;
+}
+
+// Folded with stragglers on the analytic network: one rank per symmetry class. (On the flow
+// network the groups of a stage differ by where their links run; above 2^20 GPUs the classes are
+// not worked out: the straggler stands for its stage, which gets the step time right but not
+// the healthy GPUs' waits.)
+bool uses_symmetry_classes(const StepConfig& cfg) {
+  const ParallelPlan& p = cfg.parallel;
+  return cfg.fold && !cfg.topology && !cfg.faults.stragglers.empty() && p.gpus() <= (std::int64_t(1) << 20);
+}
+
 // Forward passes before a stage's first backward in Megatron's 1F1B and interleaved 1F1B
 // (megatron/core/pipeline_parallel/schedules.py), out of m * v.
 std::int64_t warmup_passes(const ParallelPlan& p, std::int64_t stage, std::int64_t m) {
@@ -251,13 +358,42 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   const ComputeModel cm(cfg.gpu, cfg.profile);
   Simulator sim;
   StreamExecutor ex(sim);
-  // Simulated ranks: one per pipeline stage when folded; else every GPU, rank r = stage * reps + q
-  // with q = tp_i + tp * (cp_i + cp * dp_i).
-  const std::int64_t reps = cfg.fold ? 1 : par.tp * par.cp * par.dp;
-  SCALEOUT_CHECK(par.pp * reps <= (std::int64_t(1) << 20), "unfolded simulation of more than 2^20 GPUs");
-  const int nranks = int(par.pp * reps);
-  auto stage_of = [&](int r) { return std::int64_t(r) / reps; };
-  auto q_of = [&](int r) { return std::int64_t(r) % reps; };
+  // Simulated ranks, each standing for GPU q (= tp_i + tp * (cp_i + cp * dp_i)) of its stage:
+  // folded, one per stage (its GPUs behave alike); folded with stragglers on the analytic network,
+  // one per symmetry class (symmetry_classes: exact for every GPU); unfolded, every GPU. Ranks are
+  // in stage order and a stage's first rank stands for its GPU q = 0.
+  const std::int64_t Q = par.tp * par.cp * par.dp;
+  const bool by_class = uses_symmetry_classes(cfg);
+  const bool plain_fold = cfg.fold && !by_class;
+  SCALEOUT_CHECK(cfg.fold || par.pp * Q <= (std::int64_t(1) << 20), "unfolded simulation of more than 2^20 GPUs");
+  std::vector<std::int64_t> rank_stage, rank_q, rank_gpus;  // rank_gpus: how many GPUs a rank stands for
+  std::vector<int> class_of;
+  if (by_class) {
+    class_of = symmetry_classes(par, faults_by_gpu(cfg));
+    for (std::int64_t i = 0; i < par.pp * Q; ++i) {
+      const int c = class_of[std::size_t(i)];
+      if (c == int(rank_stage.size())) {
+        rank_stage.push_back(i / Q);
+        rank_q.push_back(i % Q);
+        rank_gpus.push_back(0);
+      }
+      ++rank_gpus[std::size_t(c)];
+    }
+  } else {
+    for (std::int64_t st = 0; st < par.pp; ++st)
+      for (std::int64_t q = 0; q < (plain_fold ? 1 : Q); ++q) {
+        rank_stage.push_back(st);
+        rank_q.push_back(q);
+        rank_gpus.push_back(plain_fold ? Q : 1);
+      }
+  }
+  const int nranks = int(rank_stage.size());
+  auto stage_of = [&](int r) { return rank_stage[std::size_t(r)]; };
+  auto q_of = [&](int r) { return rank_q[std::size_t(r)]; };
+  // The simulated rank that stands for GPU q of stage st.
+  auto rep_of = [&](std::int64_t st, std::int64_t q) {
+    return plain_fold ? int(st) : by_class ? class_of[std::size_t(st * Q + q)] : int(st * Q + q);
+  };
   // A GPU's place in the plan: its index in each group, and the global rank that the placement
   // order gives it.
   const std::int64_t stride_tp = group_stride(par, CommGroup::tp), stride_cp = group_stride(par, CommGroup::cp);
@@ -288,6 +424,26 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   auto group_size = [&](CommGroup g) {
     return g == CommGroup::tp ? par.tp : g == CommGroup::cp ? par.cp : g == CommGroup::dp ? par.dp : g == CommGroup::ep ? par.ep : par.pp;
   };
+  // Which collectives meet: unfolded, the members of one group; by class, the groups whose members
+  // fall in the same classes (a rank's group holds GPUs that other simulated ranks stand for).
+  std::map<std::pair<int, std::vector<int>>, std::int64_t> group_keys;
+  auto group_key = [&](CommGroup g, int r) -> std::int64_t {
+    if (!by_class) return group_id(g, r);
+    const Coords c = coords_of(r);
+    std::vector<int> reps_in;
+    const std::int64_t ep = std::max<std::int64_t>(1, par.ep);
+    for (std::int64_t i = 0; i < group_size(g); ++i) {
+      Coords x = c;
+      if (g == CommGroup::tp) x.tp = i;
+      else if (g == CommGroup::cp) x.cp = i;
+      else if (g == CommGroup::dp) x.dp = i;
+      else if (g == CommGroup::ep) x.dp = c.dp / ep * ep + i;
+      else x.s = i;
+      reps_in.push_back(rep_of(x.s, x.tp + par.tp * (x.cp + par.cp * x.dp)));
+    }
+    std::sort(reps_in.begin(), reps_in.end());
+    return group_keys.emplace(std::make_pair(int(g), std::move(reps_in)), std::int64_t(group_keys.size())).first->second;
+  };
   // Stragglers: on their own simulated rank, or (folded) on their stage's representative, which
   // then stands for the slowest replica of the stage: every collective of the stage waits for it.
   std::vector<double> slowdown(nranks, 1.0), loader_delay(nranks, 0.0);
@@ -296,8 +452,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     SCALEOUT_CHECK(st.rank >= 0 && st.rank < par.gpus(), "straggler rank outside the plan");
     const Coords c{(st.rank / stride_tp) % par.tp, (st.rank / stride_cp) % par.cp, (st.rank / stride_dp) % par.dp,
                    (st.rank / stride_pp) % par.pp};
-    const std::int64_t q = cfg.fold ? 0 : c.tp + par.tp * (c.cp + par.cp * c.dp);
-    const int r = int(c.s * reps + q);
+    const int r = rep_of(c.s, c.tp + par.tp * (c.cp + par.cp * c.dp));
     slowdown[r] = std::max(slowdown[r], st.compute_slowdown);
     loader_delay[r] = std::max(loader_delay[r], st.loader_delay_s);
     if (st.stall_s > 0) stalls[r].push_back({st.stall_micro_batch, st.stall_s});
@@ -435,7 +590,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
                        CollectiveKind kind, double bytes, Time release = Time::zero()) {
     const std::uint8_t label = std::uint8_t(int(g) + 1);
     if (group_size(g) <= 1) return add_task(rank, track, dur, deps, k, release);
-    if (cfg.fold) {
+    if (plain_fold) {
       if (net) {
         const Coords c = coords_of(rank);
         std::vector<int> mem = members_of(g, c);
@@ -447,7 +602,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
       comm_of[id] = label;
       return id;
     }
-    const std::int64_t gid = group_id(g, rank);
+    const std::int64_t gid = group_key(g, rank);
     const auto key = std::make_tuple(int(g), gid, occurrences[rank][int(g)]++);
     auto it = barriers.find(key);
     TaskId b;
@@ -629,7 +784,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
       std::int64_t dest_vs = w.forward ? vs + 1 : vs - 1;
       if (dest_vs >= 0 && dest_vs < chunks_total) {
         const std::int64_t dest_stage = dest_vs % par.pp;
-        const int dest_rank = int(dest_stage * reps + q_of(r));
+        const int dest_rank = rep_of(dest_stage, q_of(r));
         const int dest_chunk = int(dest_vs / par.pp);
         double bytes = w.forward ? ch.tape.tensors[ch.tape.output].bytes : ch.tape.tensors[ch.tape.input].bytes;
         // Megatron's scatter-gather: each TP rank sends 1/tp of the (replicated) activation and the
@@ -643,7 +798,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
           d.s = dest_stage;
           const int src_g = global_of(c), dst_g = global_of(d);
           std::vector<CollectiveSpec> extra;
-          if (cfg.fold) {
+          if (plain_fold) {
             // The other replicas' transfers between the same stages that share a node with this one.
             const std::set<int> mine{cfg.topology->node_of(src_g), cfg.topology->node_of(dst_g)};
             for (std::int64_t dp_i = 0; dp_i < par.dp; ++dp_i)
@@ -1029,8 +1184,9 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   res.busiest_rank = int(stage_of(busiest));
   res.simulated_ranks = nranks;
   for (int r = 0; r < nranks; ++r)
-    res.rank_names.push_back(cfg.fold ? "stage " + std::to_string(stage_of(r)) + " (as GPU " + std::to_string(global_rank(r)) + ")"
-                                      : "GPU " + std::to_string(global_rank(r)) + " (stage " + std::to_string(stage_of(r)) + ")");
+    res.rank_names.push_back(plain_fold ? "stage " + std::to_string(stage_of(r)) + " (as GPU " + std::to_string(global_rank(r)) + ")"
+                             : "GPU " + std::to_string(global_rank(r)) + " (stage " + std::to_string(stage_of(r)) +
+                                   (rank_gpus[std::size_t(r)] > 1 ? ", and " + std::to_string(rank_gpus[std::size_t(r)] - 1) + " like it)" : ")"));
   // Time breakdown of the first stage (the one that starts first and waits longest).
   const int r0 = 0;
   res.compute_s = rank_compute[r0];
@@ -1059,8 +1215,9 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   res.required_bytes = res.peak_bytes * (1.0 + cfg.fragmentation) + cfg.context_reserve_bytes;
   res.fits = res.required_bytes <= res.capacity_bytes;
   double trainable = 0, total = 0;
-  for (int r = 0; r < nranks; r += int(reps))
+  for (int r = 0; r < nranks; ++r)
     for (auto& ch : ranks[r].chunks) {
+      if (q_of(r) != 0) break;
       trainable += ch.planner->trainable_params();
       total += ch.planner->trainable_params() + ch.planner->frozen_params();
     }
@@ -1118,6 +1275,15 @@ Windows windows_of(const StepConfig& cfg) {
 }
 
 }  // namespace
+
+std::int64_t simulated_ranks(const StepConfig& cfg) {
+  const ParallelPlan& p = cfg.parallel;
+  if (uses_symmetry_classes(cfg)) {
+    const std::vector<int> c = symmetry_classes(p, faults_by_gpu(cfg));
+    return c.empty() ? 0 : std::int64_t(*std::max_element(c.begin(), c.end())) + 1;
+  }
+  return cfg.fold ? p.pp : p.gpus();
+}
 
 std::int64_t simulated_micro_batches(const StepConfig& cfg) {
   const Windows win = windows_of(cfg);

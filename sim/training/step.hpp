@@ -1,7 +1,8 @@
 #pragma once
 // A training step on a parallel plan, simulated: one representative rank per pipeline stage
 // (tensor-, context- and data-parallel peers of a stage behave alike without stragglers, so a
-// collective among them completes when the representative reaches it plus its duration). Each
+// collective among them completes when the representative reaches it plus its duration); with
+// stragglers, one rank per class of GPUs that provably behave alike; or every GPU. Each
 // rank has a host stream issuing kernels, a compute stream, a data-parallel communication stream
 // and send streams to its pipeline neighbours; the pipeline bubble, exposed communication and
 // overlap come out of the event simulation.
@@ -14,6 +15,9 @@ namespace scaleout {
 StepResult simulate_step(const StepConfig& config);
 // Every micro-batch, however many.
 StepResult simulate_step_exact(const StepConfig& config);
+// How many ranks a step simulates: the pipeline stages when folded, every GPU when not, and
+// folded with stragglers (analytic network) one per class of GPUs that provably behave alike.
+std::int64_t simulated_ranks(const StepConfig& config);
 // How many micro-batches simulate_step builds for this configuration (the larger window).
 std::int64_t simulated_micro_batches(const StepConfig& config);
 

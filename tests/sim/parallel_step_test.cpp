@@ -294,6 +294,81 @@ TEST_CASE("a straggler slows every collective it joins, and folding it onto its 
   CHECK_FALSE(full.failed);
 }
 
+TEST_CASE("folded with stragglers, one GPU per symmetry class gives every GPU's figures exactly", "[parallel][fold][faults]") {
+  struct Case {
+    const char* name;
+    StepConfig c;
+  };
+  std::vector<Case> cases;
+  {
+    StepConfig c = small_plan(4, 2, 2);
+    c.faults.stragglers.push_back({5, 1.25, 0, 0, 0});
+    cases.push_back({"TP 2, DP 4, PP 2, a slow GPU", c});
+  }
+  {
+    StepConfig c = small_plan(4, 2, 2);
+    c.parallel.zero = 1;
+    c.faults.stragglers.push_back({3, 1.0, 2e-3, 0, 0});   // slow data loader on a first-stage GPU
+    c.faults.stragglers.push_back({12, 1.1, 0, 5e-3, 2});  // a second-stage GPU: slow, and a stall
+    cases.push_back({"ZeRO-1, a slow loader and a stall on two GPUs", c});
+  }
+  {
+    StepConfig c = small_plan(4, 2, 4);
+    c.parallel.schedule = PipelineSchedule::interleaved;
+    c.parallel.virtual_stages = 2;
+    c.parallel.p2p_blocking = true;
+    c.training.global_batch = 8 * c.parallel.dp;
+    c.faults.stragglers.push_back({9, 1.3, 0, 0, 0});
+    cases.push_back({"interleaved, blocking transfers", c});
+  }
+  {
+    StepConfig c = small_plan(4, 2, 1, 2);
+    c.parallel.fsdp = FsdpMode::full_shard;
+    c.faults.stragglers.push_back({6, 1.2, 0, 0, 0});
+    cases.push_back({"CP 2 with FSDP", c});
+  }
+  for (Case& k : cases) {
+    INFO(k.name);
+    StepConfig c = k.c;
+    const std::int64_t classes = simulated_ranks(c);
+    const StepResult folded = simulate_step(c);
+    c.fold = false;
+    const StepResult full = simulate_step(c);
+    CHECK(folded.simulated_ranks == classes);
+    CHECK(classes > c.parallel.pp);
+    CHECK(classes < c.parallel.gpus());
+    CHECK(full.simulated_ranks == c.parallel.gpus());
+    CHECK(folded.step_time_s == Approx(full.step_time_s).epsilon(1e-12));
+    // GPU 0's own figures, not its stage's slowest GPU's.
+    CHECK(folded.compute_s == Approx(full.compute_s).epsilon(1e-12));
+    CHECK(folded.exposed_comm_s == Approx(full.exposed_comm_s).epsilon(1e-9).margin(1e-15));
+    CHECK(folded.peer_wait_s == Approx(full.peer_wait_s).epsilon(1e-9).margin(1e-15));
+    CHECK(folded.max_peer_wait_s == Approx(full.max_peer_wait_s).epsilon(1e-9).margin(1e-15));
+    CHECK(folded.pipeline_bubble_s == Approx(full.pipeline_bubble_s).epsilon(1e-9).margin(1e-15));
+    CHECK(folded.host_stall_s == Approx(full.host_stall_s).epsilon(1e-9).margin(1e-15));
+    CHECK(folded.peak_bytes == Approx(full.peak_bytes).epsilon(1e-12));
+    REQUIRE(folded.rank_peak_bytes.size() == full.rank_peak_bytes.size());
+    for (std::size_t i = 0; i < full.rank_peak_bytes.size(); ++i)
+      CHECK(folded.rank_peak_bytes[i] == Approx(full.rank_peak_bytes[i]).epsilon(1e-12));
+    CHECK(folded.kernels == full.kernels);
+  }
+}
+
+TEST_CASE("one straggler among 16,384 GPUs adds a few classes per stage, not a rank per GPU", "[parallel][fold][faults]") {
+  StepConfig c = small_plan(128, 8, 16);
+  c.faults.stragglers.push_back({12345, 1.2, 0, 0, 0});
+  REQUIRE(c.parallel.gpus() == 16384);
+  const std::int64_t classes = simulated_ranks(c);
+  CHECK(classes > 16);
+  CHECK(classes <= 4 * 16);
+  // Two stragglers in symmetric places (same stage, same TP rank, other replicas) share a class.
+  StepConfig two = c;
+  two.faults.stragglers = {{0, 1.2, 0, 0, 0}, {8, 1.2, 0, 0, 0}};
+  StepConfig one = c;
+  one.faults.stragglers = {{0, 1.2, 0, 0, 0}};
+  CHECK(simulated_ranks(two) <= simulated_ranks(one) + 16);
+}
+
 TEST_CASE("a stall longer than the NCCL timeout fails the step and names the GPUs", "[parallel][faults]") {
   StepConfig c = small_plan(2, 1, 2);
   c.fold = false;

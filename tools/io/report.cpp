@@ -160,7 +160,13 @@ void write_text_report(std::ostream& os, const Scenario& s, const StepResult& r,
       if (st.stall_s > 0) os << ", stalls " << human_time(st.stall_s) << " before micro-batch " << st.stall_micro_batch;
       os << "; ";
     }
-    os << r.simulated_ranks << " GPUs simulated" << (r.simulated_ranks > s.parallelism.pp ? " (unfolded)" : " (folded: the straggler's stage stands for its slowest replica)") << "\n";
+    const std::int64_t all = s.gpus();
+    os << r.simulated_ranks << " GPUs simulated"
+       << (r.simulated_ranks == all             ? " (every GPU)"
+           : r.simulated_ranks > s.parallelism.pp ? " (one per class of GPUs that provably behave alike: exact for all " +
+                                                        std::to_string(all) + ")"
+                                                  : " (folded: the straggler's stage stands for its slowest replica)")
+       << "\n";
     if (r.simulated_ranks > s.parallelism.pp) {
       os << "  GPU 0 waited " << human_time(r.peer_wait_s) << " in collectives for later peers (" << human_time(r.peer_wait_exposed_s)
          << " of it with its compute stream idle)";

@@ -77,10 +77,14 @@ StepConfig step_config(const Scenario& s) {
       throw InputError(s.file, "/faults/links", "after the link faults the cluster is not connected: " + *problem);
     cfg.topology = std::move(topo);
   }
-  // Folding is exact while every replica behaves alike; stragglers and link faults break that, so unless told
-  // otherwise every GPU is simulated (up to 4,096 of them: beyond, the straggler's stage stands
-  // for its slowest replica, which keeps the step time but not who waits for whom).
-  cfg.fold = s.fold.value_or((s.faults.stragglers.empty() && s.link_faults.empty()) || s.gpus() > 4096);
+  // Folding is exact while every replica behaves alike. With stragglers on the analytic network
+  // the folded step simulates one GPU per class of GPUs that provably behave alike, still exact
+  // for every GPU. On the flow network stragglers and link faults make the groups of a stage
+  // differ, so unless told otherwise every GPU is simulated (up to 4,096 of them: beyond, the
+  // straggler's stage stands for its slowest replica, which keeps the step time but not who
+  // waits for whom).
+  const bool flow_faults = !s.link_faults.empty() || (!s.faults.stragglers.empty() && cfg.topology);
+  cfg.fold = s.fold.value_or(!flow_faults || s.gpus() > 4096);
   return cfg;
 }
 
@@ -91,14 +95,14 @@ StepResult simulate_scenario(const Scenario& s, bool keep_trace) {
   if (!cfg.fold && s.gpus() > 65536)
     throw InputError(s.file, "/simulation/fold", "\"off\" simulates every one of the " + std::to_string(s.gpus()) +
                                                      " GPUs; at most 65536 unfolded");
-  const double ranks = cfg.fold ? 1.0 : double(s.parallelism.tp * s.parallelism.cp * s.parallelism.dp);
+  const double ranks = double(simulated_ranks(cfg)) / double(s.parallelism.pp);
   const double work = double(simulated_micro_batches(cfg)) * double(s.model.layers + 2) * ranks;
   if (work > 4e6)
     throw InputError(s.file, "/model/layers", std::to_string(s.model.layers) + " layers over " +
                                                    std::to_string(simulated_micro_batches(cfg)) +
-                                                   " simulated micro-batches" + (cfg.fold ? std::string() : " on each of the unfolded GPUs") +
-                                                   " is beyond what one step simulation holds (layers x micro-batches x unfolded "
-                                                   "replicas at most 4e6)");
+                                                   " simulated micro-batches" + (ranks > 1 ? " on each of " + std::to_string(simulated_ranks(cfg)) + " simulated GPUs" : std::string()) +
+                                                   " is beyond what one step simulation holds (layers x micro-batches x simulated GPUs per stage "
+                                                   "at most 4e6)");
   return simulate_step(cfg);
 }
 
