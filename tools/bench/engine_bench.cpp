@@ -94,4 +94,13 @@ BENCHMARK_CAPTURE(run_unfolded, llama3_8b_64gpu, std::string("scenarios/parallel
                   std::vector<std::string>{"cluster.nodes=8", "parallelism.dp=64", "training.global_batch=64"})
     ->Unit(benchmark::kMillisecond);
 
+// A straggler (GPU 12345 20 % slower): folded by symmetry classes, exact for every GPU.
+BENCHMARK_CAPTURE(run_scenario_with, llama3_405b_16384gpu_straggler, std::string("scenarios/parallel/llama3-405b-16k-h100.json"),
+                  std::vector<std::string>{R"(faults.stragglers=[{"gpu":12345,"slowdown":1.2}])"})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(run_scenario_with, llama3_8b_64gpu_straggler, std::string("scenarios/parallel/llama3-8b-8xh100.json"),
+                  std::vector<std::string>{"cluster.nodes=8", "parallelism.dp=64", "training.global_batch=64",
+                                           R"(faults.stragglers=[{"gpu":5,"slowdown":1.2}])"})
+    ->Unit(benchmark::kMillisecond);
+
 BENCHMARK_MAIN();
