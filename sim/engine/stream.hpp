@@ -26,6 +26,11 @@ class StreamExecutor {
   explicit StreamExecutor(Simulator& sim) : sim_(sim) {}
 
   StreamId add_stream();
+  // Room for this many tasks (and about as many dependencies) before they are added.
+  void reserve(std::size_t tasks) {
+    tasks_.reserve(tasks);
+    edges_.reserve(tasks + tasks / 2);
+  }
   TaskId add(StreamId stream, Time duration, std::span<const TaskId> deps, std::uint32_t tag = 0);
   TaskId add(StreamId stream, Time duration, std::initializer_list<TaskId> deps = {}, std::uint32_t tag = 0) {
     return add(stream, duration, std::span<const TaskId>(deps.begin(), deps.size()), tag);

@@ -122,6 +122,7 @@ std::vector<PlanItem> ChunkPlanner::forward(int mb) {
   for (std::size_t t = 0; t < nt; ++t)
     if (tape_.tensors[t].producer < 0 && int(t) != tape_.input) st.alive[t] = true;
   std::vector<PlanItem> out;
+  out.reserve(tape_.ops.size() + 2);
   if (tape_.input >= 0) {
     // The activation received from the previous stage.
     PlanItem recv;
@@ -159,6 +160,7 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch) {
   SCALEOUT_CHECK(found != mbs_.end(), "backward of a micro-batch that had no forward");
   MbState& st = found->second;
   std::vector<PlanItem> out;
+  out.reserve(2 * tape_.ops.size() + 2);  // with replays
   const PrecisionRecipe& r = tr_.precision;
   if (tape_.output >= 0) {
     // The gradient of the stage output, received from the next stage.

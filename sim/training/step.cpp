@@ -8,7 +8,6 @@
 #include <map>
 #include <memory>
 #include <set>
-#include <unordered_map>
 
 #include "models/step_tape.hpp"
 #include "sim/engine/check.hpp"
@@ -94,9 +93,14 @@ namespace {
 enum Track : int { kHost = 0, kCompute = 1, kDpComm = 2, kSendFwd = 3, kSendBwd = 4 };
 
 struct Chunk {
-  Tape tape;
+  const Tape* tape = nullptr;  // shared by every rank of the (virtual) stage
   std::unique_ptr<ChunkPlanner> planner;
 };
+
+// The tape of each virtual stage, built once for a step (and for both windows of an
+// extrapolated one): it depends on the model, the training recipe and the stage, not on the
+// rank or the number of micro-batches.
+using TapeCache = std::map<std::int64_t, Tape>;
 
 struct RankState {
   StreamId streams[5];
@@ -143,6 +147,11 @@ class TaskLists {
   }
   void push(TaskId task, const std::vector<T>& values) {
     for (const T& v : values) push(task, v);
+  }
+  void reserve(std::size_t tasks, std::size_t values) {
+    head_.reserve(tasks);
+    tail_.reserve(tasks);
+    nodes_.reserve(values);
   }
   template <class F>
   void for_each(TaskId task, F&& f) const {
@@ -326,7 +335,9 @@ std::vector<Work> schedule_for(const ParallelPlan& p, std::int64_t stage, std::i
 
 }  // namespace
 
-StepResult simulate_step_exact(const StepConfig& cfg) {
+namespace {
+
+StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   const TrainingSpec& tr = cfg.training;
   const ParallelPlan& par = cfg.parallel;
   StepResult res;
@@ -460,12 +471,17 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
 
   std::vector<RankState> ranks(nranks);
   TaskLists<TaskId> deps_of;  // for attribution of idle gaps
-  std::vector<const Kernel*> kernel_of;
-  std::vector<int> rank_of, track_of;
+  // Each task's kernel (null for transfers and bookkeeping), simulated rank, track and what its
+  // time counts as (0 nothing, else a CommGroup + 1; the pipeline's sends: pp).
+  struct TaskInfo {
+    const Kernel* kernel = nullptr;
+    int rank = 0;
+    std::uint8_t track = 0;
+    std::uint8_t comm = 0;
+  };
+  std::vector<TaskInfo> info;
   std::vector<std::array<TaskId, 5>> last_on(nranks);  // last task + 1 on each of a rank's streams (0: none)
 
-  // What each task's time counts as: 0 nothing, else a CommGroup + 1 (the pipeline's sends: pp).
-  std::vector<std::uint8_t> comm_of;
   StreamExecutor::Launcher launch_next;  // set just before add_task: the task is started by it
   // `release`: not before (the kernel's launch by the host thread).
   auto add_task_span = [&](int rank, int track, Time dur, std::span<const TaskId> deps, const Kernel* k,
@@ -474,14 +490,9 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
                                   : ex.add(ranks[rank].streams[track], dur, deps);
     if (release > Time::zero()) ex.set_release(id, release);
     launch_next = nullptr;
-    comm_of.resize(id + 1, 0);
-    kernel_of.resize(id + 1, nullptr);
-    rank_of.resize(id + 1, 0);
-    track_of.resize(id + 1, 0);
+    info.resize(id + 1);
     for (TaskId d : deps) deps_of.push(id, d);
-    kernel_of[id] = k;
-    rank_of[id] = rank;
-    track_of[id] = track;
+    info[id] = {k, rank, std::uint8_t(track), 0};
     last_on[rank][track] = id + 1;
     return id;
   };
@@ -599,7 +610,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
         launch_next = folded_launcher(spec_of(kind, std::move(mem), bytes), std::move(extra));
       }
       const TaskId id = add_task(rank, track, dur, deps, k, release);
-      comm_of[id] = label;
+      info[id].comm = label;
       return id;
     }
     const std::int64_t gid = group_key(g, rank);
@@ -610,9 +621,8 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
       auto sit = barrier_streams.find({int(g), gid});
       if (sit == barrier_streams.end()) sit = barrier_streams.emplace(std::make_pair(int(g), gid), ex.add_stream()).first;
       b = ex.add(sit->second, Time::zero(), {});
-      kernel_of.resize(b + 1, nullptr);
-      rank_of.resize(b + 1, rank);
-      track_of.resize(b + 1, kBarrier);
+      info.resize(b + 1);
+      info[b] = {nullptr, rank, std::uint8_t(kBarrier), 0};
       barriers.emplace(key, b);
     } else {
       b = it->second;
@@ -641,7 +651,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
       };
     }
     const TaskId id = add_task(rank, track, dur, {b}, k, release);
-    comm_of[id] = label;
+    info[id].comm = label;
     return id;
   };
 
@@ -669,18 +679,38 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
       st.sequence_parallel = par.sequence_parallel;
       st.cp = par.cp;
       st.ep = par.ep;
+      auto [pos, fresh] = tapes.try_emplace(vs);
+      if (fresh) {
+        pos->second = build_step_tape(cfg.model, tr, st);
+        // Every micro-batch runs these kernels again: their times are worked out once.
+        for (OpRec& op : pos->second.ops)
+          for (auto* ks : {&op.fwd, &op.bwd})
+            for (Kernel& k : *ks)
+              if (k.kind != KernelKind::collective) k.seconds = cm.time(k).seconds();
+      }
       Chunk ch;
-      ch.tape = build_step_tape(cfg.model, tr, st);
+      ch.tape = &pos->second;
       rs.chunks.push_back(std::move(ch));
     }
-    for (auto& ch : rs.chunks) ch.planner = std::make_unique<ChunkPlanner>(ch.tape, tr, shard);
+    for (auto& ch : rs.chunks) ch.planner = std::make_unique<ChunkPlanner>(*ch.tape, tr, shard);
   }
 
   // Memory effects hang on tasks: allocations when a task starts, frees when it ends.
-  // Indexed by task (grown on demand): flat, as every task's start and finish looks here.
-  // Memory effects hang on tasks: allocations when a task starts, frees when it ends.
   TaskLists<MemOp> opens, closes;
-  std::unordered_map<const Kernel*, Time> kernel_time;
+  {
+    // Room for the tasks up front (a compute task per kernel of every pass, plus transfers):
+    // growing these arrays task by task copied them over and over.
+    std::size_t kernels = 0;
+    for (const RankState& rs : ranks)
+      for (const Chunk& ch : rs.chunks)
+        for (const OpRec& op : ch.tape->ops) kernels += op.fwd.size() + op.bwd.size() + (op.region >= 0 ? op.fwd.size() : 0);
+    const std::size_t tasks = kernels * std::size_t(m) + std::size_t(nranks) * 64;
+    ex.reserve(tasks);
+    info.reserve(tasks);
+    deps_of.reserve(tasks, tasks + tasks / 2);
+    opens.reserve(tasks, tasks / 2);
+    closes.reserve(tasks, tasks / 2);
+  }
   std::deque<PlanItem> keep_items;  // the kernels that tasks point to (a deque never moves them)
   auto host_cost = [&](Phase p) {
     switch (p) {
@@ -695,7 +725,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   std::vector<double> rank_tp(nranks, 0), rank_cp(nranks, 0), rank_ep(nranks, 0);
 
   // Emits a plan item's kernels on a rank; returns its first and last compute tasks.
-  auto emit = [&](int rank, PlanItem item, std::vector<TaskId> first_deps) -> std::pair<TaskId, TaskId> {
+  auto emit = [&](int rank, PlanItem item, std::span<const TaskId> first_deps) -> std::pair<TaskId, TaskId> {
     // Tasks point at the kernels: tape kernels stay where they are, an item's own are kept.
     const PlanItem* kept = &item;
     if (!item.own.empty()) {
@@ -706,7 +736,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     const std::span<const Kernel> kernels = it.kernels();
     TaskId first = 0, last = 0;
     if (kernels.empty()) {
-      first = last = add_task(rank, kCompute, Time::zero(), first_deps, nullptr);
+      first = last = add_task_span(rank, kCompute, Time::zero(), first_deps, nullptr);
     } else {
       if (it.host_prologue_tensors > 0)
         host_work(rank, Time::from_seconds(it.host_prologue_tensors * cfg.profile.host_opt_tensor.seconds()), "optimizer_prologue");
@@ -720,15 +750,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
           double* acc = kernel.group == CommGroup::tp ? &rank_tp[rank] : kernel.group == CommGroup::cp ? &rank_cp[rank] : &rank_ep[rank];
           *acc += dt.seconds();
         } else {
-          // Every micro-batch runs the tape's kernels again: their times are computed once.
-          Time base;
-          if (it.tape_kernels) {
-            auto [pos, fresh] = kernel_time.try_emplace(&kernel);
-            if (fresh) pos->second = cm.time(kernel);
-            base = pos->second;
-          } else {
-            base = cm.time(kernel);
-          }
+          const Time base = kernel.seconds >= 0 ? Time::from_seconds(kernel.seconds) : cm.time(kernel);
           dt = slowdown[rank] == 1.0 ? base : Time::from_seconds(base.seconds() * slowdown[rank]);
           phase_time[static_cast<int>(it.phase)] += dt.seconds();
           (it.phase == Phase::optimizer ? rank_optimizer : it.phase == Phase::recompute ? rank_recompute : rank_compute)[rank] += dt.seconds();
@@ -786,7 +808,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
         const std::int64_t dest_stage = dest_vs % par.pp;
         const int dest_rank = rep_of(dest_stage, q_of(r));
         const int dest_chunk = int(dest_vs / par.pp);
-        double bytes = w.forward ? ch.tape.tensors[ch.tape.output].bytes : ch.tape.tensors[ch.tape.input].bytes;
+        double bytes = w.forward ? ch.tape->tensors[ch.tape->output].bytes : ch.tape->tensors[ch.tape->input].bytes;
         // Megatron's scatter-gather: each TP rank sends 1/tp of the (replicated) activation and the
         // receivers all-gather it over NVLink (SC21 section 4.1).
         if (par.tp > 1 && !par.sequence_parallel && par.pipeline_scatter_gather) bytes /= double(par.tp);
@@ -813,7 +835,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
           launch_next = folded_launcher(spec_of(CollectiveKind::send_recv, {src_g, dst_g}, bytes), std::move(extra));
         }
         const TaskId send = add_task(r, par.p2p_blocking ? kCompute : w.forward ? kSendFwd : kSendBwd, Time::from_seconds(t), {after}, nullptr);
-        comm_of[send] = std::uint8_t(int(CommGroup::pp) + 1);
+        info[send].comm = std::uint8_t(int(CommGroup::pp) + 1);
         if (q_of(r) == 0) res.pp_comm_s += t;
         sends[{dest_rank, w.forward, dest_chunk, w.mb}] = send;
         rs.passes[pass].send = send;
@@ -890,7 +912,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
         if (is_bwd && !done.empty()) {
           // Gradients ready for the data-parallel reduction.
           if (!gather_params && par.dp > 1) {
-            for (int pidx : done) bucket += ch.tape.params[pidx].count * gdt;
+            for (int pidx : done) bucket += ch.tape->params[pidx].count * gdt;
             bucket_task = b;
             flush_bucket(false);
           }
@@ -901,7 +923,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
         // Reduce-scatter of this chunk's gradients (per layer in practice; one task per pass
         // here, issued as the pass ends), every micro-batch as FSDP does without no_sync.
         double bytes = 0;
-        for (const ParamRec& prm : ch.tape.params) bytes += prm.count * gdt;
+        for (const ParamRec& prm : ch.tape->params) bytes += prm.count * gdt;
         double t = collective_time(cfg, CollectiveKind::reduce_scatter, CommGroup::dp, bytes, s);
         const bool hybrid = par.fsdp == FsdpMode::hybrid_shard && par.dp > shard_group;
         if (hybrid) {
@@ -911,7 +933,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
           t += collective_time(inter, CollectiveKind::all_reduce, CommGroup::dp, bytes / double(shard_group), s);
           // Two groups (shard inside the node, replicate across): costed in closed form.
           const TaskId keep = add_task(r, kDpComm, Time::from_seconds(t), {last}, nullptr);
-          comm_of[keep] = std::uint8_t(int(CommGroup::dp) + 1);
+          info[keep].comm = std::uint8_t(int(CommGroup::dp) + 1);
           rs.dp_tasks.push_back(keep);
         } else {
           rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(t), {last}, nullptr, CommGroup::dp,
@@ -954,7 +976,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
       const LinkChoice link = link_for(par.links, stages_cross_nodes(par, 0, par.pp - 1));
       const double t = collective_seconds(CollectiveKind::all_reduce, 2, bytes, std::max(link.bandwidth, 1.0), link.latency_s);
       const TaskId e = add_task(r, kDpComm, Time::from_seconds(t), {rs.last_backward}, nullptr);
-      comm_of[e] = std::uint8_t(int(CommGroup::pp) + 1);
+      info[e].comm = std::uint8_t(int(CommGroup::pp) + 1);
       rs.dp_tasks.push_back(e);
     }
 
@@ -977,7 +999,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     for (auto& ch : rs.chunks) {
       if (!par.offload_optimizer) {
         for (auto& item : ch.planner->optimizer()) {
-          const auto [a, b] = emit(r, std::move(item), first_opt ? opt_deps : std::vector<TaskId>{});
+          const auto [a, b] = emit(r, std::move(item), first_opt ? std::span<const TaskId>(opt_deps) : std::span<const TaskId>());
           if (first_opt) {
             rs.first_optimizer = a;
             rs.has_optimizer = true;
@@ -1051,10 +1073,10 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   }
 
   ex.on_start([&](TaskId id, Time at) {
-    opens.for_each(id, [&](const MemOp& mo) { ranks[rank_of[id]].mem.alloc(mo.category, mo.bytes, at); });
+    opens.for_each(id, [&](const MemOp& mo) { ranks[info[id].rank].mem.alloc(mo.category, mo.bytes, at); });
   });
   ex.on_finish([&](TaskId id, Time at) {
-    closes.for_each(id, [&](const MemOp& mo) { ranks[rank_of[id]].mem.free(mo.category, mo.bytes, at); });
+    closes.for_each(id, [&](const MemOp& mo) { ranks[info[id].rank].mem.free(mo.category, mo.bytes, at); });
   });
   ex.start();
   sim.run();
@@ -1065,11 +1087,11 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     std::fill(rank_cp.begin(), rank_cp.end(), 0.0);
     std::fill(rank_ep.begin(), rank_ep.end(), 0.0);
     res.dp_comm_total_s = res.pp_comm_s = 0;
-    for (TaskId id = 0; id < comm_of.size(); ++id) {
-      if (comm_of[id] == 0) continue;
+    for (TaskId id = 0; id < info.size(); ++id) {
+      if (info[id].comm == 0) continue;
       const double d = (ex.finish_time(id) - ex.start_time(id)).seconds();
-      const int r = rank_of[id];
-      switch (static_cast<CommGroup>(comm_of[id] - 1)) {
+      const int r = info[id].rank;
+      switch (static_cast<CommGroup>(info[id].comm - 1)) {
         case CommGroup::tp: rank_tp[r] += d; break;
         case CommGroup::cp: rank_cp[r] += d; break;
         case CommGroup::ep: rank_ep[r] += d; break;
@@ -1140,7 +1162,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     deps_of.for_each(id, [&](TaskId d) {
       if (ex.finish_time(d) >= latest) {
         latest = ex.finish_time(d);
-        cause = track_of[d];
+        cause = info[d].track;
         if (cause == kBarrier) {
           // Ready before its peers: waiting for them; else whatever made this rank late.
           const Time mine = own_arrival[{d, r}];
@@ -1153,7 +1175,7 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
                 for (TaskId e : a.after)
                   if (ex.finish_time(e) >= inner) {
                     inner = ex.finish_time(e);
-                    cause = track_of[e];
+                    cause = info[e].track;
                   }
               }
           }
@@ -1163,8 +1185,8 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
     return cause;
   };
   for (TaskId id = 0; id < ex.task_count(); ++id) {
-    if (track_of[id] != kCompute) continue;
-    const int r = rank_of[id];
+    if (info[id].track != kCompute) continue;
+    const int r = info[id].rank;
     const Time st = ex.start_time(id);
     const double gap = (st - prev_end[r]).seconds();
     prev_end[r] = max(prev_end[r], ex.finish_time(id));
@@ -1225,16 +1247,23 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   res.params_total = total * double(par.tp);
   if (cfg.keep_trace) {
     for (TaskId id = 0; id < ex.task_count(); ++id) {
-      const Kernel* k = kernel_of[id];
-      const bool pp_send = track_of[id] >= kSendFwd || (track_of[id] == kCompute && comm_of[id] == std::uint8_t(int(CommGroup::pp) + 1));
-      std::string name = k ? k->name : track_of[id] == kDpComm ? "dp_comm" : pp_send ? "pp_send" : "memory";
-      if (track_of[id] == kBarrier || (track_of[id] == kCompute && !k && ex.finish_time(id) == ex.start_time(id))) continue;
-      res.trace.push_back({std::move(name), rank_of[id], track_of[id], ex.start_time(id), ex.finish_time(id)});
+      const Kernel* k = info[id].kernel;
+      const bool pp_send = info[id].track >= kSendFwd || (info[id].track == kCompute && info[id].comm == std::uint8_t(int(CommGroup::pp) + 1));
+      std::string name = k ? k->name : info[id].track == kDpComm ? "dp_comm" : pp_send ? "pp_send" : "memory";
+      if (info[id].track == kBarrier || (info[id].track == kCompute && !k && ex.finish_time(id) == ex.start_time(id))) continue;
+      res.trace.push_back({std::move(name), info[id].rank, info[id].track, ex.start_time(id), ex.finish_time(id)});
     }
     res.trace.insert(res.trace.end(), host_spans.begin(), host_spans.end());
     res.memory_timeline = ranks[0].mem.timeline();
   }
   return res;
+}
+
+}  // namespace
+
+StepResult simulate_step_exact(const StepConfig& cfg) {
+  TapeCache tapes;
+  return simulate_step_with(cfg, tapes);
 }
 
 namespace {
@@ -1298,10 +1327,11 @@ StepResult simulate_step(const StepConfig& cfg) {
   // micro-batch past the pipeline's warm-up adds the same work, the same traffic and (under
   // GPipe, which keeps every micro-batch's activations) the same memory. Simulate two step
   // lengths and extend their difference linearly to m, instead of building m micro-batches.
+  TapeCache tapes;
   auto with = [&](std::int64_t mbs) {
     StepConfig c = cfg;
     c.training.global_batch = mbs * std::max<std::int64_t>(1, cfg.training.micro_batch * cfg.parallel.dp);
-    return simulate_step_exact(c);
+    return simulate_step_with(c, tapes);
   };
   const StepResult a = with(win.a);
   StepResult r = with(win.b);
