@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <ostream>
 
 #include "sim/network/collectives.hpp"
@@ -427,6 +429,53 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
     }
   }
   os << "wrote " << o.out << "\n";
+}
+
+void calibrate_check(const std::string& measurements, const std::string& profile_file, const std::string& gpu_given,
+                     const std::string& residuals, std::ostream& os) {
+  std::string gpu_name, measured_on;
+  // The attention rows of the backend the fit uses (PyTorch SDPA's flash).
+  const auto rows = read_measurements(measurements, &gpu_name, &measured_on, "torch_flash");
+  const std::string zoo = zoo_gpu(gpu_name, gpu_given, measurements);
+  const GpuSpec gpu = load_gpu(zoo);
+  const ComputeProfile profile = parse_profile(load_json_file(profile_file), profile_file, "", gpu);
+  const ComputeModel cm(gpu, profile);
+  // Errors by group: every GEMM, each GEMM dtype, memory-bound kernels, attention.
+  std::map<std::string, std::vector<double>> errors;
+  std::ofstream csv;
+  if (!residuals.empty()) {
+    csv.open(residuals);
+    if (!csv) throw InputError(residuals + ": cannot write");
+    csv << "kind,dtype,m,n,k,bytes,op,measured_s,predicted_s,rel_error\n";
+  }
+  for (const KernelMeasurement& r : rows) {
+    const Kernel& k = r.kernel;
+    const double predicted = cm.time(k).seconds();
+    const double err = (predicted - r.seconds) / r.seconds;
+    const char* kind = k.kind == KernelKind::gemm ? "gemm" : k.kind == KernelKind::memory ? "membound"
+                     : k.kind == KernelKind::attention_fwd ? "attention_fwd" : "attention_bwd";
+    if (k.kind == KernelKind::gemm) {
+      errors["GEMM"].push_back(std::fabs(err));
+      errors["GEMM " + std::string(to_string(k.dtype))].push_back(std::fabs(err));
+    } else if (k.kind == KernelKind::memory) {
+      errors["memory-bound"].push_back(std::fabs(err));
+    } else {
+      errors["attention"].push_back(std::fabs(err));
+    }
+    if (csv)
+      csv << kind << "," << to_string(k.dtype) << "," << k.gemm.m << "," << k.gemm.n << "," << k.gemm.k << "," << k.bytes << ","
+          << k.name << "," << r.seconds << "," << predicted << "," << err << "\n";
+  }
+  os << "profile " << profile_file << " against " << measurements << " (" << gpu_name
+     << (measured_on.empty() ? "" : ", " + measured_on) << "):\n";
+  char buf[160];
+  for (auto& [name, e] : errors) {
+    std::sort(e.begin(), e.end());
+    const double median = e.size() % 2 ? e[e.size() / 2] : 0.5 * (e[e.size() / 2 - 1] + e[e.size() / 2]);
+    std::snprintf(buf, sizeof buf, "%-14s %4zu rows: median error %5.1f%%, worst %5.1f%%\n", name.c_str(), e.size(), 100 * median,
+                  100 * e.back());
+    os << buf;
+  }
 }
 
 }  // namespace scaleout

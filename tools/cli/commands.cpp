@@ -123,6 +123,14 @@ void register_commands(CLI::App& app) {
   auto host_only = std::make_shared<bool>(false);
   host->add_flag("--host-only", *host_only, "Fit only the host costs (for a kernel-calibrated profile)");
   host->callback([hopts, host_only] { calibrate_host((*hopts)[0], (*hopts)[1], (*hopts)[2], std::cout, *host_only); });
+  auto kopts = std::make_shared<std::array<std::string, 4>>();
+  CLI::App* check = calibrate->add_subcommand(
+      "check", "A profile's error on harness measurements it was not fitted to (another run, day or machine)");
+  check->add_option("measurements", (*kopts)[0], "measurements.json from scaleout-harness")->required();
+  check->add_option("--profile", (*kopts)[1], "Profile to check (file)")->required();
+  check->add_option("--gpu", (*kopts)[2], "Zoo GPU the measurements ran on (default: from the file)");
+  check->add_option("--residuals", (*kopts)[3], "Write every row's measured and predicted time (CSV)");
+  check->callback([kopts] { calibrate_check((*kopts)[0], (*kopts)[1], (*kopts)[2], (*kopts)[3], std::cout); });
   calibrate->require_subcommand(1);
   register_sweep_command(app);
   register_collective_command(app);
