@@ -140,3 +140,28 @@ TEST_CASE("ECMP on a rail-optimised fabric makes replicas differ: folding is the
   CHECK(full.step_time_s >= folded.step_time_s * (1 - 1e-9));
   CHECK(full.step_time_s == Approx(folded.step_time_s).epsilon(0.01));
 }
+
+TEST_CASE("link faults under pure data parallelism stay folded, and exact", "[network][step][fold][faults]") {
+  // One group per stage and no pipeline: every GPU waits on the same collective, whose flows run
+  // on the real (degraded) links, so one simulated GPU gives every GPU's figures.
+  Json j = two_node_plan(2);
+  j["parallelism"] = {{"dp", 4}, {"overlap_grad_reduce", false}};
+  j["training"]["global_batch"] = 4;
+  j["faults"] = {{"links", {{{"nic", {1, 0}}, {"bandwidth_factor", 0.25}}}}};
+  const StepResult folded = run(j);
+  CHECK(folded.simulated_ranks == 1);
+  j["simulation"] = {{"fold", "off"}};
+  const StepResult full = run(j);
+  CHECK(full.simulated_ranks == 4);
+  CHECK(full.step_time_s == Approx(folded.step_time_s).epsilon(1e-9));
+  CHECK(full.dp_comm_total_s == Approx(folded.dp_comm_total_s).epsilon(1e-9));
+  CHECK(full.exposed_comm_s == Approx(folded.exposed_comm_s).epsilon(1e-9));
+  // And the degraded NIC is felt.
+  j.erase("faults");
+  j.erase("simulation");
+  CHECK(run(j).dp_comm_total_s < folded.dp_comm_total_s * 0.8);
+  // With tensor parallelism too there are two DP groups, one behind the slow NIC: unfolded.
+  j = two_node_plan(2);
+  j["faults"] = {{"links", {{{"nic", {1, 0}}, {"bandwidth_factor", 0.25}}}}};
+  CHECK(run(j).simulated_ranks == 4);
+}

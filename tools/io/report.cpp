@@ -151,8 +151,14 @@ void write_text_report(std::ostream& os, const Scenario& s, const StepResult& r,
     if (r.extrapolated_from > 0) os << "; the steady state of " << r.extrapolated_from << " simulated and extended linearly";
     os << ")\n";
   }
-  if (!s.faults.stragglers.empty() || r.simulated_ranks > s.parallelism.pp) {
-    os << (s.faults.stragglers.empty() ? "\nranks      " : "\nfaults     ");
+  if (!s.faults.stragglers.empty() || !s.link_faults.empty() || r.simulated_ranks > s.parallelism.pp) {
+    os << (s.faults.stragglers.empty() && s.link_faults.empty() ? "\nranks      " : "\nfaults     ");
+    for (const Scenario::LinkFault& lf : s.link_faults) {
+      if (lf.kind == "nic") os << "node " << lf.node << " NIC " << lf.index;
+      else if (lf.kind == "nvlink") os << "node " << lf.node << " GPU " << lf.index << "'s NVLink";
+      else os << "fabric link " << lf.index;
+      os << (lf.failed ? " failed (traffic rerouted)" : " at " + fmt("%.0f%%", 100 * lf.factor) + " of its bandwidth") << "; ";
+    }
     for (const Straggler& st : s.faults.stragglers) {
       os << "GPU " << st.rank;
       if (st.compute_slowdown != 1.0) os << " kernels " << fmt("%.2fx", st.compute_slowdown) << " slower";
@@ -161,11 +167,12 @@ void write_text_report(std::ostream& os, const Scenario& s, const StepResult& r,
       os << "; ";
     }
     const std::int64_t all = s.gpus();
-    os << r.simulated_ranks << " GPUs simulated"
-       << (r.simulated_ranks == all             ? " (every GPU)"
-           : r.simulated_ranks > s.parallelism.pp ? " (one per class of GPUs that provably behave alike: exact for all " +
+    os << r.simulated_ranks << (r.simulated_ranks == 1 ? " GPU simulated" : " GPUs simulated")
+       << (r.simulated_ranks == all               ? " (every GPU)"
+           : r.simulated_ranks > s.parallelism.pp   ? " (one per class of GPUs that provably behave alike: exact for all " +
                                                         std::to_string(all) + ")"
-                                                  : " (folded: the straggler's stage stands for its slowest replica)")
+           : s.faults.stragglers.empty()            ? " (one per stage: its GPUs share every collective, exact)"
+                                                    : " (folded: the straggler's stage stands for its slowest replica)")
        << "\n";
     if (r.simulated_ranks > s.parallelism.pp) {
       os << "  GPU 0 waited " << human_time(r.peer_wait_s) << " in collectives for later peers (" << human_time(r.peer_wait_exposed_s)

@@ -83,7 +83,13 @@ StepConfig step_config(const Scenario& s) {
   // differ, so unless told otherwise every GPU is simulated (up to 4,096 of them: beyond, the
   // straggler's stage stands for its slowest replica, which keeps the step time but not who
   // waits for whom).
-  const bool flow_faults = !s.link_faults.empty() || (!s.faults.stragglers.empty() && cfg.topology);
+  // Unless nothing can tell a stage's GPUs apart even then: no stragglers, no pipeline (so no
+  // transfers of their own) and one group of each kind in the stage (every GPU waits on the same
+  // collectives), as in pure data parallelism or FSDP.
+  const Parallelism& par = s.parallelism;
+  const int kinds = int(par.tp > 1) + int(par.cp > 1) + int(par.dp > 1);
+  const bool alike = s.faults.stragglers.empty() && par.pp == 1 && kinds <= 1 && (par.ep <= 1 || par.ep == par.dp);
+  const bool flow_faults = !alike && (!s.link_faults.empty() || (!s.faults.stragglers.empty() && cfg.topology));
   cfg.fold = s.fold.value_or(!flow_faults || s.gpus() > 4096);
   return cfg;
 }
