@@ -182,6 +182,7 @@ class Builder {
       wc.outputs = {w};
       wc.fwd.push_back(mem_kernel(wc.name, double(in) * double(out) * (dtype_bytes(r_.param) + dtype_bytes(c)), c));
       wc.param = param;
+      wc.weight_from = 0;  // casting the weight's gradient back: part of the weight gradient
       wc.bwd.push_back(mem_kernel(wc.name + "_bwd", double(in) * double(out) * (dtype_bytes(c) + 2 * dtype_bytes(r_.grad)), c));
       push(std::move(wc));
       op.inputs.push_back(w);
@@ -221,6 +222,7 @@ class Builder {
                                    sp() ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce, CommGroup::tp,
                                    tokens_ * double(in) * act));
     if (!frozen) {
+      op.weight_from = int(op.bwd.size());
       op.bwd.push_back(gemm_kernel(name + "_wgrad", out, in, t, 1, r_.compute));
       op.bwd.back().gemm.a_transposed = true;
       if (bias) op.bwd.push_back(mem_kernel(name + "_bgrad", out_tokens * double(out) * act, c));

@@ -39,6 +39,9 @@ struct OpRec {
   int region = -1;         // checkpointed region (recompute), -1: none
   std::vector<int> inputs, outputs, saved;
   std::vector<Kernel> fwd, bwd;
+  // bwd[weight_from..] compute the parameter's gradient only (a linear layer's wgrad and bgrad):
+  // what a zero-bubble schedule defers to a separate W pass; -1: none.
+  int weight_from = -1;
   int param = -1;                 // parameter whose gradient this op's backward produces
   double bwd_workspace_bytes = 0;  // scratch allocated for the backward kernels only
   double fwd_workspace_bytes = 0;  // scratch allocated for the forward kernels only

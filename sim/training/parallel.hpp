@@ -8,7 +8,10 @@
 
 namespace scaleout {
 
-enum class PipelineSchedule : std::uint8_t { gpipe, one_f_one_b, interleaved };
+// zero_bubble: ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024): 1F1B with each
+// backward split into B (input gradient, sent on at once) and W (weight gradient), stage i
+// deferring i W passes into the time it would otherwise wait.
+enum class PipelineSchedule : std::uint8_t { gpipe, one_f_one_b, interleaved, zero_bubble };
 enum class FsdpMode : std::uint8_t { none, full_shard, shard_grad_op, hybrid_shard, no_shard };
 
 struct LinkParams {

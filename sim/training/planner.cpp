@@ -18,6 +18,16 @@ ChunkPlanner::ChunkPlanner(const Tape& tape, const TrainingSpec& training, Shard
     if (rg >= 0) ops_of_region_[rg].push_back(int(i));
   }
   param_grad_alive_.assign(tape_.params.size(), shard_.persistent_grads);
+  // Tensors a W pass needs (what the ops with a separate weight gradient saved), and the first op
+  // (in tape order; the last in backward order) that needs each.
+  weight_needs_.assign(tape_.tensors.size(), false);
+  last_weight_op_.assign(tape_.tensors.size(), -1);
+  for (std::size_t i = tape_.ops.size(); i-- > 0;)
+    if (tape_.ops[i].weight_from >= 0)
+      for (int t : tape_.ops[i].saved) {
+        weight_needs_[t] = true;
+        last_weight_op_[t] = int(i);
+      }
 }
 
 double ChunkPlanner::layer_params(int layer) const {
@@ -75,7 +85,8 @@ bool ChunkPlanner::region_input(const OpRec& op, int t) const {
 PlanItem ChunkPlanner::run_forward_op(MbState& st, const OpRec& op, Phase phase, std::vector<int>* replay_held) const {
   PlanItem it;
   it.phase = phase;
-  it.tape_kernels = &op.fwd;
+  it.tape_kernels = op.fwd;
+  it.from_tape = true;
   it.layer = op.layer;
   if (op.fwd_workspace_bytes > 0) {
     it.allocs.push_back({MemCategory::other, op.fwd_workspace_bytes});
@@ -155,7 +166,7 @@ void ChunkPlanner::replay(MbState& st, int region, std::vector<PlanItem>& out) c
   }
 }
 
-std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch) {
+std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch, std::vector<PlanItem>* weight) {
   auto found = mbs_.find(mb);
   SCALEOUT_CHECK(found != mbs_.end(), "backward of a micro-batch that had no forward");
   MbState& st = found->second;
@@ -169,6 +180,15 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch) {
     recv.allocs.push_back({MemCategory::activations, tbytes(tape_.output)});
     out.push_back(std::move(recv));
   }
+  // Split (zero-bubble): what only the parameters' gradients need (a linear layer's input, the
+  // gradient of its output) stays until the W pass, which frees it.
+  const bool split = weight != nullptr;
+  std::vector<PlanItem> w_items;
+  std::vector<int> w_ops;
+  auto release = [&](PlanItem& item, int t) {
+    if (split && weight_needs_[t]) return;
+    maybe_free(st, item, t);
+  };
   for (int i = int(tape_.ops.size()) - 1; i >= 0; --i) {
     const OpRec& op = tape_.ops[i];
     if (op.region >= 0 && !st.replayed[op.region]) {
@@ -177,8 +197,19 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch) {
     }
     PlanItem it;
     it.phase = Phase::backward;
-    it.tape_kernels = &op.bwd;
+    it.tape_kernels = op.bwd;
+    it.from_tape = true;
     it.layer = op.layer;
+    const bool has_w = split && op.weight_from >= 0;
+    PlanItem w;
+    if (has_w) {
+      it.tape_kernels = std::span<const Kernel>(op.bwd).first(std::size_t(op.weight_from));
+      w.phase = Phase::backward;
+      w.tape_kernels = std::span<const Kernel>(op.bwd).subspan(std::size_t(op.weight_from));
+      w.from_tape = true;
+      w.layer = op.layer;
+    }
+    PlanItem& g = has_w ? w : it;  // where the parameter's gradient is made
     for (int t : op.inputs)
       if (tape_.tensors[t].requires_grad && !st.grad_alive[t]) {
         st.grad_alive[t] = true;
@@ -189,16 +220,16 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch) {
       if (shard_.grads > 1 && !shard_.persistent_grads) {
         // Sharded gradients (ZeRO-2/3, FSDP without no_sync): every micro-batch's full gradient
         // lives until it is reduce-scattered; the shard stays and accumulates.
-        it.allocs.push_back({MemCategory::grads, param_grad_alive_[op.param] ? full - full / shard_.grads : full});
-        it.frees.push_back({MemCategory::grads, full - full / shard_.grads});
+        g.allocs.push_back({MemCategory::grads, param_grad_alive_[op.param] ? full - full / shard_.grads : full});
+        g.frees.push_back({MemCategory::grads, full - full / shard_.grads});
         param_grad_alive_[op.param] = true;
-        it.grads_done.push_back(op.param);
+        g.grads_done.push_back(op.param);
       } else {
         if (!param_grad_alive_[op.param]) {
           param_grad_alive_[op.param] = true;
-          it.allocs.push_back({MemCategory::grads, full});
+          g.allocs.push_back({MemCategory::grads, full});
         }
-        if (last_micro_batch) it.grads_done.push_back(op.param);
+        if (last_micro_batch) g.grads_done.push_back(op.param);
       }
     }
     if (op.bwd_workspace_bytes > 0) {
@@ -208,7 +239,7 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch) {
     for (int t : op.outputs)
       if (st.grad_alive[t]) {
         st.grad_alive[t] = false;
-        it.frees.push_back({MemCategory::activations, tbytes(t)});
+        g.frees.push_back({MemCategory::activations, tbytes(t)});  // the W pass needs it too
       }
     // torch.utils.checkpoint (non-reentrant) keeps what the replay recomputed in its frame until
     // the whole region's backward is done; other saved tensors go as their node finishes, and so
@@ -217,22 +248,33 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch) {
     if (!defer) {
       for (int t : op.saved) {
         --st.saved[t];
-        maybe_free(st, it, t);
+        release(it, t);
       }
     }
-    for (int t : op.outputs) maybe_free(st, it, t);
+    for (int t : op.outputs) release(it, t);
     if (op.region >= 0 && first_op_of_region_[op.region] == i) {
       for (std::size_t j = std::size_t(i); defer && j < tape_.ops.size() && tape_.ops[j].region == op.region; ++j)
         for (int t : tape_.ops[j].saved) {
           --st.saved[t];
-          maybe_free(st, it, t);
+          release(it, t);
         }
       for (int t : st.region_inputs[op.region]) {
         --st.saved[t];
-        maybe_free(st, it, t);
+        release(it, t);
       }
     }
     out.push_back(std::move(it));
+    if (has_w) {
+      w_items.push_back(std::move(w));
+      w_ops.push_back(i);
+    }
+  }
+  if (split) {
+    // The W pass, in the same (backward) order: each needed tensor goes with the last W op that
+    // needs it.
+    for (std::size_t j = 0; j < w_items.size(); ++j)
+      for (int t : tape_.ops[std::size_t(w_ops[j])].saved)
+        if (weight_needs_[t] && last_weight_op_[t] == w_ops[j]) maybe_free(st, w_items[j], t);
   }
   // Leftover gradients (the one sent to the previous stage goes with its send) and tensors.
   PlanItem end;
@@ -242,7 +284,15 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch) {
   for (std::size_t t = 0; t < st.alive.size(); ++t)
     if (st.alive[t] && (tape_.tensors[t].producer >= 0 || int(t) == tape_.input))
       end.frees.push_back({tcat(int(t)), tbytes(int(t))});
-  out.push_back(std::move(end));
+  if (split && !w_items.empty()) {
+    // What is left goes when the W pass ends.
+    auto& f = w_items.back().frees;
+    f.insert(f.end(), end.frees.begin(), end.frees.end());
+    *weight = std::move(w_items);
+  } else {
+    out.push_back(std::move(end));
+    if (split) weight->clear();
+  }
   mbs_.erase(found);
   return out;
 }

@@ -24,11 +24,10 @@ struct PlanItem {
   Phase phase = Phase::forward;
   // The op's kernels, in the tape (which outlives the plan: no copy per micro-batch), or made
   // for this item (`own`: the optimizer's).
-  const std::vector<Kernel>* tape_kernels = nullptr;
+  std::span<const Kernel> tape_kernels;
+  bool from_tape = false;
   std::vector<Kernel> own;
-  std::span<const Kernel> kernels() const {
-    return tape_kernels ? std::span<const Kernel>(*tape_kernels) : std::span<const Kernel>(own);
-  }
+  std::span<const Kernel> kernels() const { return from_tape ? tape_kernels : std::span<const Kernel>(own); }
   std::vector<MemOp> allocs, frees;
   double host_prologue_tensors = 0;  // optimizer: per-tensor Python work before the first launch
   int layer = -1;                    // the layer of the op (-1: embedding, head, bookkeeping)
@@ -47,7 +46,9 @@ class ChunkPlanner {
 
   PlanItem persistent() const;
   std::vector<PlanItem> forward(int mb);
-  std::vector<PlanItem> backward(int mb, bool last_micro_batch);
+  // With `weight`: the backward pass without the parameters' gradients (B), those going to
+  // `weight` as the W pass (zero-bubble schedules), which then runs after the whole B pass.
+  std::vector<PlanItem> backward(int mb, bool last_micro_batch, std::vector<PlanItem>* weight = nullptr);
   std::vector<PlanItem> optimizer() const;
   PlanItem release_grads() const;  // zero_grad(set_to_none=True)
 
@@ -75,6 +76,8 @@ class ChunkPlanner {
   double trainable_ = 0, frozen_ = 0;
   std::vector<int> first_op_of_region_;
   std::vector<std::vector<int>> ops_of_region_;  // each checkpointed region's ops, in order
+  std::vector<bool> weight_needs_;     // tensors a W pass (zero-bubble) reads
+  std::vector<int> last_weight_op_;   // per tensor: the tape's first op whose W pass reads it
   std::vector<bool> param_grad_alive_;
   std::map<int, MbState> mbs_;
 };

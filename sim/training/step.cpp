@@ -127,6 +127,7 @@ struct Work {
   bool forward;
   int chunk;
   int mb;
+  bool weight = false;  // zero-bubble: the W pass (weight gradients) of micro-batch mb
 };
 
 // Per-task lists (a task's dependencies, the memory it allocates or frees) in insertion order,
@@ -305,6 +306,32 @@ std::vector<Work> schedule_for(const ParallelPlan& p, std::int64_t stage, std::i
         for (int c = int(v) - 1; c >= 0; --c) w.push_back({false, c, mb});
       }
     }
+    return w;
+  }
+  if (p.schedule == PipelineSchedule::zero_bubble) {
+    // ZB-H1 as its authors run it (sail-sg/zero-bubble-pipeline-parallelism, the DeepSpeed
+    // schedule ZeroBubbleH1Pipeline): 1F1B's warm-up forwards, then `stage` forward/B pairs that
+    // defer their W, then F, B, W (the oldest deferred W) until the forwards are done, B, W in
+    // the cool-down, and the deferred W passes last. The first stage defers none.
+    int f = 0, b = 0, wd = 0;
+    auto F = [&] { w.push_back({true, 0, f++}); };
+    auto B = [&] { w.push_back({false, 0, b++}); };
+    auto W = [&] { w.push_back({false, 0, wd++, true}); };
+    for (std::int64_t k = 0; k < p.pp - stage - 1 && f < m; ++k) F();
+    for (std::int64_t k = 0; k < stage && f < m; ++k) {
+      F();
+      B();
+    }
+    while (f < m) {
+      F();
+      B();
+      W();
+    }
+    while (b < m) {
+      B();
+      W();
+    }
+    while (wd < m) W();
     return w;
   }
   // Megatron's 1F1B and interleaved 1F1B (megatron/core/pipeline_parallel/schedules.py).
@@ -846,11 +873,24 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     Work deferred_work{};
     std::size_t deferred_pass = 0;
     std::vector<int> bwd_done(v, 0);
+    const bool zero_bubble = par.schedule == PipelineSchedule::zero_bubble && par.pp > 1;
+    std::map<std::pair<int, int>, std::vector<PlanItem>> weight_passes;  // zero-bubble: (chunk, mb) -> W
     for (const Work& w : order) {
       Chunk& ch = rs.chunks[w.chunk];
       const std::int64_t vs = w.chunk * par.pp + s;
-      std::vector<PlanItem> items = w.forward ? ch.planner->forward(w.mb)
-                                              : ch.planner->backward(w.mb, ++bwd_done[w.chunk] == int(m));
+      std::vector<PlanItem> items;
+      if (w.weight) {
+        auto wp = weight_passes.find({w.chunk, w.mb});
+        SCALEOUT_CHECK(wp != weight_passes.end(), "W pass before its backward pass");
+        items = std::move(wp->second);
+        weight_passes.erase(wp);
+        if (items.empty()) continue;  // nothing in this stage has a separate weight gradient
+      } else if (w.forward) {
+        items = ch.planner->forward(w.mb);
+      } else {
+        items = ch.planner->backward(w.mb, ++bwd_done[w.chunk] == int(m),
+                                     zero_bubble ? &weight_passes[{w.chunk, w.mb}] : nullptr);
+      }
       if (w.forward && w.chunk == 0) {
         // Faults on this GPU's host: a slow data loader (first stage) or a one-time stall.
         if (loader_delay[r] > 0 && vs == 0) host_work(r, Time::from_seconds(loader_delay[r]), "data_loader");
@@ -941,14 +981,17 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
         }
         if (q_of(r) == 0) res.dp_comm_total_s += t;
       }
-      // ZeRO-2 reduce-scatters each micro-batch's gradients as its backward pass ends.
-      if (!w.forward && shard.grads > 1 && !shard.persistent_grads && !gather_params) flush_bucket(true);
-      rs.spans[{w.forward, w.chunk, w.mb}] = {first, last};
-      rs.passes.push_back({w.forward, w.chunk, w.mb, first, last, 0, false});
+      // ZeRO-2 reduce-scatters each micro-batch's gradients as its backward pass (or its W pass)
+      // ends.
+      const bool grads_final = !w.forward && (!zero_bubble || w.weight);
+      if (grads_final && shard.grads > 1 && !shard.persistent_grads && !gather_params) flush_bucket(true);
       if (!w.forward) {
         rs.last_backward = last;
         rs.any_backward = true;
       }
+      if (w.weight) continue;  // no transfer, nothing waits for it but the step's end
+      rs.spans[{w.forward, w.chunk, w.mb}] = {first, last};
+      rs.passes.push_back({w.forward, w.chunk, w.mb, first, last, 0, false});
       // Blocking transfers are posted in the p2p call after a step: in the interleaved steady
       // state a step is a forward and a backward pass, so the forward's send waits for both.
       const std::size_t idx = rs.passes.size() - 1;
@@ -1031,7 +1074,8 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
       }
     }
 
-  if (par.p2p_blocking && par.pp > 1 && par.schedule != PipelineSchedule::gpipe) {
+  if (par.p2p_blocking && par.pp > 1 &&
+      (par.schedule == PipelineSchedule::one_f_one_b || par.schedule == PipelineSchedule::interleaved)) {
     // A synchronous transfer (NCCL send/recv in batch_isend_irecv) also waits for the receiver to
     // post its receive, which it does in the p2p call that ends one of its own steps. Megatron's
     // schedules (p2p_communication.py before 2023, schedules.py): interleaved, the call after a

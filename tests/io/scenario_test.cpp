@@ -85,6 +85,14 @@ TEST_CASE("impossible values are refused", "[io]") {
   j = base_scenario();
   j["training"]["seq_len"] = 1e30;
   CHECK(error_of(j).find("/training/seq_len: expected an integer") != std::string::npos);
+  j = base_scenario();
+  j["cluster"]["gpus_per_node"] = 4;
+  j["parallelism"] = {{"pp", 4}, {"pp_schedule", "zb-h1"}, {"virtual_stages", 2}};
+  CHECK(error_of(j).find("/parallelism/virtual_stages: zb-h1 runs one chunk per stage") != std::string::npos);
+  j["parallelism"] = {{"pp", 2}, {"dp", 2}, {"pp_schedule", "zb-h1"}, {"fsdp", "full_shard"}};
+  CHECK(error_of(j).find("/parallelism/pp_schedule: zb-h1 with sharded parameters") != std::string::npos);
+  j["parallelism"] = {{"pp", 2}, {"dp", 2}, {"pp_schedule", "zb-h1"}, {"zero", 2}};
+  CHECK(error_of(j) == "no error");
 }
 
 TEST_CASE("unknown zoo names list what is known", "[io]") {

@@ -353,7 +353,7 @@ Parallelism parse_parallelism(JsonReader r) {
   p.cp = r.integer_or("cp", 1, 1, kMaxGpus);
   p.ep = r.integer_or("ep", 1, 1, kMaxGpus);
   p.sequence_parallel = r.boolean_or("sequence_parallel", false);
-  p.pp_schedule = r.choice_or("pp_schedule", {"1f1b", "gpipe", "interleaved"}, "1f1b");
+  p.pp_schedule = r.choice_or("pp_schedule", {"1f1b", "gpipe", "interleaved", "zb-h1"}, "1f1b");
   p.virtual_stages = r.integer_or("virtual_stages", 1, 1, 1024);
   p.zero = r.integer_or("zero", 0, 0, 3);
   p.fsdp = r.choice_or("fsdp", {"", "full_shard", "shard_grad_op", "hybrid_shard", "no_shard"}, "");
@@ -397,6 +397,10 @@ Parallelism parse_parallelism(JsonReader r) {
   if (p.pp_schedule == "interleaved" && p.virtual_stages < 2)
     r.fail("virtual_stages", "the interleaved schedule needs virtual_stages >= 2");
   if (p.zero > 0 && !p.fsdp.empty()) r.fail("fsdp", "give either zero or fsdp, not both");
+  if (p.pp_schedule == "zb-h1" && p.virtual_stages > 1)
+    r.fail("virtual_stages", "zb-h1 runs one chunk per stage (virtual_stages 1)");
+  if (p.pp_schedule == "zb-h1" && (p.zero >= 3 || (!p.fsdp.empty() && p.fsdp != "no_shard")))
+    r.fail("pp_schedule", "zb-h1 with sharded parameters (zero 3, fsdp) is not modelled: use zero 0 to 2");
   r.finish();
   return p;
 }

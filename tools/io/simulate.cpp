@@ -21,8 +21,10 @@ StepConfig step_config(const Scenario& s) {
   pp.cp = p.cp;
   pp.ep = p.ep;
   pp.sequence_parallel = p.sequence_parallel;
-  pp.schedule = p.pp_schedule == "gpipe" ? PipelineSchedule::gpipe
-              : p.pp_schedule == "interleaved" ? PipelineSchedule::interleaved : PipelineSchedule::one_f_one_b;
+  pp.schedule = p.pp_schedule == "gpipe"         ? PipelineSchedule::gpipe
+                : p.pp_schedule == "interleaved" ? PipelineSchedule::interleaved
+                : p.pp_schedule == "zb-h1"       ? PipelineSchedule::zero_bubble
+                                                 : PipelineSchedule::one_f_one_b;
   pp.virtual_stages = p.virtual_stages;
   pp.zero = int(p.zero);
   pp.fsdp = p.fsdp == "full_shard" ? FsdpMode::full_shard : p.fsdp == "shard_grad_op" ? FsdpMode::shard_grad_op
