@@ -24,6 +24,7 @@ namespace {
 struct GroupShape {
   std::int64_t size = 1;
   bool spans_nodes = false;
+  std::int64_t per_node = 1;  // members in the node that holds the fewest of them
 };
 
 // Stride of each group in the rank numbering, from the placement order (fastest first).
@@ -58,8 +59,21 @@ GroupShape group_shape(const ParallelPlan& p, CommGroup g, std::int64_t stage) {
   const std::int64_t stride = group_stride(p, g);
   const std::int64_t base = stage_rank(p, stage);
   const std::int64_t gpn = std::max<std::int64_t>(1, p.gpus_per_node);
-  const bool spans = size > 1 && (base / gpn) != ((base + (size - 1) * stride) / gpn);
-  return {size, spans};
+  const std::int64_t last = base + (size - 1) * stride;
+  const bool spans = size > 1 && (base / gpn) != (last / gpn);
+  std::int64_t per_node = 1;
+  if (spans && stride < gpn) {
+    // Members form base + i * stride: count those in the first and last nodes, and the fewest a
+    // node in between holds.
+    const std::int64_t first_node_end = (base / gpn + 1) * gpn;
+    const std::int64_t in_first = (first_node_end - base + stride - 1) / stride;
+    const std::int64_t last_node_start = (last / gpn) * gpn;
+    const std::int64_t in_last = (last - std::max(last_node_start, base)) / stride + 1;
+    per_node = std::min(in_first, in_last);
+    if (last / gpn - base / gpn > 1) per_node = std::min(per_node, gpn / stride);
+    per_node = std::max<std::int64_t>(per_node, 1);
+  }
+  return {size, spans, per_node};
 }
 
 // The links a transfer crosses: the node's own (NVLink or PCIe), or its NIC share between nodes,
@@ -84,7 +98,13 @@ double collective_time(const StepConfig& cfg, CollectiveKind kind, CommGroup gro
   const ParallelPlan& p = cfg.parallel;
   const GroupShape g = group_shape(p, group, stage);
   if (g.size <= 1) return 0;
-  const LinkChoice link = link_for(p.links, g.spans_nodes);
+  if (g.spans_nodes) {
+    const LinkParams& l = p.links;
+    const TwoTierLinks tiers{std::max(l.intra_node_bandwidth * l.intra_node_efficiency, 1.0), l.intra_node_latency_s,
+                             std::max(l.inter_node_bandwidth * l.inter_node_efficiency, 1.0), l.inter_node_latency_s};
+    return collective_seconds_across_nodes(kind, g.size, g.per_node, bytes, tiers);
+  }
+  const LinkChoice link = link_for(p.links, false);
   return collective_seconds(kind, g.size, bytes, std::max(link.bandwidth, 1.0), link.latency_s);
 }
 

@@ -95,6 +95,29 @@ TEST_CASE("ring across nodes: one channel per NIC rail, bus bandwidth = rails x 
   CHECK(busbw / 1e9 == Approx(192).epsilon(0.005));
 }
 
+TEST_CASE("closed form across nodes: members per node multiply the NIC bandwidth of a ring", "[sim]") {
+  // 16 GPUs in two nodes of eight, 22.5 GB/s NIC share each, 240 GB/s NVLink.
+  const TwoTierLinks l{240e9, 3e-6, 22.5e9, 6e-6};
+  const double s = 8e9;
+  // One member per node: the plain ring on the NIC share.
+  CHECK(collective_seconds_across_nodes(CollectiveKind::all_reduce, 16, 1, s, l) ==
+        Approx(collective_seconds(CollectiveKind::all_reduce, 16, s, 22.5e9, 6e-6)));
+  // Eight per node: 8 x 22.5 = 180 GB/s, under NVLink; 2 of 15 ring steps cross nodes.
+  const double lat = (1 * 6e-6 + 14 * 3e-6) / 15;
+  CHECK(collective_seconds_across_nodes(CollectiveKind::all_reduce, 16, 8, s, l) ==
+        Approx(collective_seconds(CollectiveKind::all_reduce, 16, s, 180e9, lat)));
+  CHECK(collective_seconds_across_nodes(CollectiveKind::all_gather, 16, 8, s, l) ==
+        Approx(collective_seconds(CollectiveKind::all_gather, 16, s, 180e9, lat)));
+  // NVLink caps it when the NICs would be faster.
+  const TwoTierLinks fast{240e9, 3e-6, 50e9, 6e-6};
+  CHECK(collective_seconds_across_nodes(CollectiveKind::reduce_scatter, 16, 8, s, fast) ==
+        Approx(collective_seconds(CollectiveKind::reduce_scatter, 16, s, 240e9, lat)));
+  // All-to-all: 8/16 of the buffer leaves the node through the GPU's NIC share, 7/16 stays on
+  // NVLink at the same time.
+  CHECK(collective_seconds_across_nodes(CollectiveKind::all_to_all, 16, 8, s, l) ==
+        Approx(8 * 6e-6 + 7 * 3e-6 + s * 8 / 16 / 22.5e9));
+}
+
 TEST_CASE("NCCL's choice: LL for small messages, Simple (or NVLS) for large, tree across nodes when small", "[sim]") {
   const Topology one = build_topology(dgx(GpuGeneration::ampere, 1));
   const auto small = choose_collective(one, spec(CollectiveKind::all_reduce, iota(0, 8), 8));

@@ -165,3 +165,23 @@ TEST_CASE("link faults under pure data parallelism stay folded, and exact", "[ne
   j["faults"] = {{"links", {{{"nic", {1, 0}}, {"bandwidth_factor", 0.25}}}}};
   CHECK(run(j).simulated_ranks == 4);
 }
+
+TEST_CASE("a data-parallel group with four GPUs in each node uses the four NICs: closed form and flow agree", "[network][step]") {
+  // Eight A100s in two nodes of four, one HDR NIC each, pure data parallelism: NCCL's rings (one
+  // channel per NIC) cross each node boundary once, so the node's four NICs carry one rank's
+  // share of the traffic: bus bandwidth 4 x 25 GB/s x 0.9, not one NIC's.
+  Json j = two_node_plan(4);
+  j["cluster"]["topology"]["gpus_per_node"] = 4;
+  j["parallelism"] = {{"dp", 8}, {"tp", 1}, {"overlap_grad_reduce", false}};
+  j["training"]["global_batch"] = 8;
+  const StepResult flow = run(j);
+  j["simulation"] = {{"network", "analytic"}};
+  const StepResult analytic = run(j);
+  REQUIRE(analytic.dp_comm_total_s > 0.002);
+  CHECK(flow.dp_comm_total_s == Approx(analytic.dp_comm_total_s).epsilon(0.25));
+  // The closed form: fp32 gradients of 4 layers (attention 4 h^2, SwiGLU 3 h f, two norms), the
+  // untied embedding and LM head, the final norm; a ring at four NICs' bandwidth.
+  const double h = 2048, f = 8192, params = 4 * (4 * h * h + 3 * h * f + 2 * h) + 2 * 1024 * h + h;
+  const double four_nics = 2.0 * 7 / 8 * params * 4 / (4 * 25e9 * 0.9);
+  CHECK(analytic.dp_comm_total_s == Approx(four_nics).epsilon(0.05));
+}
