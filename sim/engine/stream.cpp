@@ -66,6 +66,18 @@ void StreamExecutor::set_release(TaskId task, Time at) {
   tasks_[task].release = at;
 }
 
+void StreamExecutor::set_finish_floor(TaskId task, Time at) {
+  SCALEOUT_CHECK(task < tasks_.size(), "set_finish_floor: unknown task");
+  SCALEOUT_CHECK(!tasks_[task].running && !tasks_[task].done, "set_finish_floor: task already started");
+  tasks_[task].floor = at;
+}
+
+void StreamExecutor::set_duration(TaskId task, Time duration) {
+  SCALEOUT_CHECK(task < tasks_.size(), "set_duration: unknown task");
+  SCALEOUT_CHECK(!tasks_[task].running && !tasks_[task].done && tasks_[task].launcher == 0, "set_duration: task started or launched");
+  tasks_[task].duration = duration;
+}
+
 void StreamExecutor::start() {
   started_ = true;
   for (StreamId s = 0; s < streams_.size(); ++s) try_start(s);
@@ -91,13 +103,13 @@ void StreamExecutor::try_start(StreamId s) {
   t.running = true;
   t.started = sim_.now();
   const std::uint32_t launcher = t.launcher;
-  const Time duration = t.duration;
+  const Time end = max(sim_.now() + t.duration, t.floor);
   // Hooks may add tasks, which can move tasks_: no reference to a task survives them.
   for (auto& h : on_start_) h(id, sim_.now());
   if (launcher != 0) {
     launchers_[launcher - 1](id);
   } else {
-    sim_.schedule_in(duration, [this, id] { finish(id); });
+    sim_.schedule_at(end, [this, id] { finish(id); });
   }
 }
 

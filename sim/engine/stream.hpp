@@ -43,6 +43,13 @@ class StreamExecutor {
   // is known when it is built): a time instead of a task to wait for.
   void set_release(TaskId task, Time at);
   Time release(TaskId id) const { return tasks_[id].release; }
+  // `task` finishes no earlier than `at`: it ends at max(start + duration, at). A run of kernels
+  // on one stream, each released by its launch, folds into one such task exactly: started at the
+  // first's start, it ends when the last would (the max-plus recurrence f = max(f', r) + d).
+  void set_finish_floor(TaskId task, Time at);
+  void set_duration(TaskId task, Time duration);
+  Time duration(TaskId id) const { return tasks_[id].duration; }
+  Time finish_floor(TaskId id) const { return tasks_[id].floor; }
   // Makes every task whose dependencies are met start; call once after building the graph (tasks
   // may still be added later, e.g. by hooks).
   void start();
@@ -64,6 +71,7 @@ class StreamExecutor {
   struct Task {
     Time duration;
     Time release = Time::zero();
+    Time floor = Time::zero();
     Time started = Time::max();
     Time finished = Time::max();
     StreamId stream = 0;

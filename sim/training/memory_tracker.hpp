@@ -1,6 +1,7 @@
 #pragma once
 // Follows allocations through the step and remembers the peak and what made it up.
 #include <array>
+#include <cstdint>
 #include <vector>
 
 #include "models/tape.hpp"
@@ -12,6 +13,11 @@ class MemoryTracker {
  public:
   void alloc(MemCategory c, double bytes, Time at);
   void free(MemCategory c, double bytes, Time at);
+  // A change known ahead of its time (inside a run of kernels folded into one task): applied in
+  // time order, before any later alloc() or free(), or by settle().
+  void later(MemCategory c, double signed_bytes, Time at);
+  // Applies every change still waiting; call before reading the peak.
+  void settle();
   double current() const { return total_; }
   double peak() const { return peak_; }
   Time peak_time() const { return peak_time_; }
@@ -26,6 +32,17 @@ class MemoryTracker {
   Time peak_time_;
   bool keep_ = false;
   std::vector<std::pair<Time, double>> timeline_;
+  struct Pending {
+    Time at;
+    std::uint64_t seq;
+    MemCategory c;
+    double bytes;
+    bool operator>(const Pending& o) const { return at != o.at ? o.at < at : seq > o.seq; }
+  };
+  std::vector<Pending> pending_;  // a min-heap on (time, order of arrival)
+  std::uint64_t seq_ = 0;
+  void drain(Time upto);
+  void apply(MemCategory c, double bytes, Time at);
 };
 
 }  // namespace scaleout

@@ -529,6 +529,29 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   std::vector<TaskInfo> info;
   std::vector<std::array<TaskId, 5>> last_on(nranks);  // last task + 1 on each of a rank's streams (0: none)
 
+  // Runs of kernels folded into one task (not when a trace is kept): a rank's compute stream runs
+  // its kernels back to back, each no earlier than its launch, so a run of them that nothing
+  // else waits on inside is one task that starts with the first and ends, by the max-plus
+  // recurrence f = max(f', launch) + d, exactly when the last would. `busy`: the run's kernel
+  // time so far; `floor`: when its last kernel would end if the GPU only ever waited for
+  // launches. Memory changes inside a run are dated from its start (run_ops). Any other task on
+  // the stream, or a task that waits for the run's current end, seals it.
+  struct Run {
+    TaskId task = 0;
+    Time busy, floor;
+    bool open = false;
+  };
+  std::vector<Run> runs(nranks);
+  struct RunOp {
+    Time busy, floor;  // the change happens at max(run start + busy, floor)
+    MemOp op;
+    bool alloc;
+  };
+  TaskLists<RunOp> run_ops;
+  bool merging = false;            // set inside the passes of a step without a trace
+  bool seal_after_kernel = false;  // the next kernel ends its run
+  auto seal = [&](int rank) { runs[std::size_t(rank)].open = false; };
+
   StreamExecutor::Launcher launch_next;  // set just before add_task: the task is started by it
   // `release`: not before (the kernel's launch by the host thread).
   auto add_task_span = [&](int rank, int track, Time dur, std::span<const TaskId> deps, const Kernel* k,
@@ -541,6 +564,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     for (TaskId d : deps) deps_of.push(id, d);
     info[id] = {k, rank, std::uint8_t(track), 0};
     last_on[rank][track] = id + 1;
+    if (track == kCompute) seal(rank);
     return id;
   };
   auto add_task = [&](int rank, int track, Time dur, const std::vector<TaskId>& deps, const Kernel* k,
@@ -803,13 +827,47 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
           (it.phase == Phase::optimizer ? rank_optimizer : it.phase == Phase::recompute ? rank_recompute : rank_compute)[rank] += dt.seconds();
         }
         const std::span<const TaskId> deps = k == 0 ? std::span<const TaskId>(first_deps) : std::span<const TaskId>();
-        const TaskId g = coll ? sync_task(rank, kCompute, dt, std::vector<TaskId>(deps.begin(), deps.end()), &kernel, kernel.group,
-                                          kernel.coll, kernel.bytes, launched)
-                              : add_task_span(rank, kCompute, dt, deps, &kernel, launched);
+        Run& run = runs[std::size_t(rank)];
+        TaskId g;
+        Time op_busy, op_floor;  // where this kernel starts inside its run
+        if (coll) {
+          g = sync_task(rank, kCompute, dt, std::vector<TaskId>(deps.begin(), deps.end()), &kernel, kernel.group, kernel.coll,
+                        kernel.bytes, launched);
+        } else if (merging && deps.empty() && run.open && last_on[rank][kCompute] == run.task + 1) {
+          g = run.task;
+          op_busy = run.busy;
+          op_floor = max(run.floor, launched);
+          run.busy += dt;
+          run.floor = op_floor + dt;
+          ex.set_duration(g, run.busy);
+          ex.set_finish_floor(g, run.floor);
+        } else {
+          g = add_task_span(rank, kCompute, dt, deps, &kernel, launched);
+          if (merging) run = {g, dt, launched + dt, true};
+          op_floor = launched;
+        }
+        const bool in_run = merging && !coll;
+        if (k == 0 && !it.allocs.empty()) {
+          if (in_run)
+            for (const MemOp& mo : it.allocs) run_ops.push(g, {op_busy, op_floor, mo, true});
+          else
+            opens.push(g, it.allocs);
+        }
+        if (k + 1 == kernels.size() && !it.frees.empty()) {
+          if (in_run)
+            for (const MemOp& mo : it.frees) run_ops.push(g, {run.busy, run.floor, mo, false});
+          else
+            closes.push(g, it.frees);
+        }
         if (k == 0) first = g;
         last = g;
         if (q_of(rank) == 0) ++res.kernels;
+        if (seal_after_kernel) {
+          seal(rank);
+          seal_after_kernel = false;
+        }
       }
+      return {first, last};
     }
     opens.push(first, it.allocs);
     closes.push(last, it.frees);
@@ -895,6 +953,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     std::vector<int> bwd_done(v, 0);
     const bool zero_bubble = par.schedule == PipelineSchedule::zero_bubble && par.pp > 1;
     std::map<std::pair<int, int>, std::vector<PlanItem>> weight_passes;  // zero-bubble: (chunk, mb) -> W
+    merging = !cfg.keep_trace;
     for (const Work& w : order) {
       Chunk& ch = rs.chunks[w.chunk];
       const std::int64_t vs = w.chunk * par.pp + s;
@@ -931,6 +990,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
         if (gather_params && compute_phase && item.layer != cur_layer && !item.kernels().empty()) {
           if (have_gather && (w.forward ? par.fsdp != FsdpMode::shard_grad_op : true)) {
             // Reshard the previous layer.
+            seal(r);
             closes.push(last, {MemCategory::other, gathered_bytes});
           }
           cur_layer = item.layer;
@@ -963,6 +1023,8 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
         }
         std::vector<int> done = item.grads_done;
         const bool is_bwd = item.phase == Phase::backward;
+        // The next layer's gather waits for this pass's first kernel: keep it a task of its own.
+        seal_after_kernel = gather_params && !started;
         const auto [a, b] = emit(r, std::move(item), first_deps);
         if (!started) {
           first = a;
@@ -973,11 +1035,13 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
           // Gradients ready for the data-parallel reduction.
           if (!gather_params && par.dp > 1) {
             for (int pidx : done) bucket += ch.tape->params[pidx].count * gdt;
+            seal(r);
             bucket_task = b;
             flush_bucket(false);
           }
         }
       }
+      seal(r);  // what follows waits for the pass's end
       if (gather_params && have_gather) closes.push(last, {MemCategory::other, gathered_bytes});
       if (gather_params && !w.forward) {
         // Reduce-scatter of this chunk's gradients (per layer in practice; one task per pass
@@ -1029,6 +1093,8 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
       }
       (void)pending_first;
     }
+    seal(r);
+    merging = false;
     flush_bucket(true);
     // Tied embeddings across a pipeline: the first stage's word embedding and the last stage's
     // output layer are one parameter, so Megatron all-reduces its gradient between the two
@@ -1137,7 +1203,11 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   }
 
   ex.on_start([&](TaskId id, Time at) {
-    opens.for_each(id, [&](const MemOp& mo) { ranks[info[id].rank].mem.alloc(mo.category, mo.bytes, at); });
+    MemoryTracker& mem = ranks[info[id].rank].mem;
+    opens.for_each(id, [&](const MemOp& mo) { mem.alloc(mo.category, mo.bytes, at); });
+    run_ops.for_each(id, [&](const RunOp& ro) {
+      mem.later(ro.op.category, ro.alloc ? ro.op.bytes : -ro.op.bytes, max(at + ro.busy, ro.floor));
+    });
   });
   ex.on_finish([&](TaskId id, Time at) {
     closes.for_each(id, [&](const MemOp& mo) { ranks[info[id].rank].mem.free(mo.category, mo.bytes, at); });
@@ -1145,6 +1215,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   ex.start();
   sim.run();
   SCALEOUT_CHECK(ex.all_finished(), "step simulation ended with tasks left: a dependency cycle in the schedule");
+  for (RankState& rs : ranks) rs.mem.settle();
   if (net) {
     // On the network, a transfer lasts what the flows made of it.
     std::fill(rank_tp.begin(), rank_tp.end(), 0.0);
@@ -1254,6 +1325,8 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     const Time st = ex.start_time(id);
     const double gap = (st - prev_end[r]).seconds();
     prev_end[r] = max(prev_end[r], ex.finish_time(id));
+    // A run's kernels waiting for their launches inside it.
+    if (ex.finish_floor(id) > Time::zero()) host_gap[r] += (ex.finish_time(id) - st - ex.duration(id)).seconds();
     if (gap <= 0) continue;
     Time latest;
     const int cause = cause_of(id, r, latest);
@@ -1346,7 +1419,6 @@ std::int64_t window_of(const StepConfig& cfg) {
   return (want + unit - 1) / unit * unit;
 }
 
-constexpr std::int64_t kExactMicroBatches = 512;
 
 // The two step lengths (micro-batches) simulated to extend a long accumulation linearly, or
 // {0, 0}: simulate every micro-batch.
@@ -1362,8 +1434,9 @@ Windows windows_of(const StepConfig& cfg) {
   // starts the gradient reduction, DDP's no_sync) is the same period, so 2 and 3 micro-batches
   // differ by exactly one of them. A one-time stall is not periodic.
   if (cfg.parallel.pp == 1 && !stall && m > 5) return {2, 3};
+  // With a pipeline the windows cost 3w micro-batches: worth it past that.
   const std::int64_t w = window_of(cfg);
-  if (m > kExactMicroBatches && m > 2 * w) return {w, 2 * w};
+  if (!stall && m > 3 * w) return {w, 2 * w};
   return {};
 }
 

@@ -185,3 +185,73 @@ TEST_CASE("a data-parallel group with four GPUs in each node uses the four NICs:
   const double four_nics = 2.0 * 7 / 8 * params * 4 / (4 * 25e9 * 0.9);
   CHECK(analytic.dp_comm_total_s == Approx(four_nics).epsilon(0.05));
 }
+
+TEST_CASE("pipelines with unequal stages extrapolate exactly from two windows", "[parallel][extrapolate]") {
+  // Llama-3-8B's shape with its 128k vocabulary (embedding on the first stage, LM head on the
+  // last), host launch costs, TP 2 with sequence parallelism, ZeRO-1, DP 2 over two nodes: the
+  // steady state of each schedule repeats exactly, so two windows give any accumulation.
+  for (const char* sched : {"1f1b", "interleaved", "gpipe", "zb-h1"}) {
+    for (bool blocking : {false, true}) {
+      Json j = {{"model", "llama-3-8b"},
+                {"cluster", {{"gpu", "h100-sxm"}, {"nodes", 2}, {"gpus_per_node", 8}}},
+                {"training", {{"seq_len", 1024}, {"micro_batch", 1}, {"global_batch", 2 * 72}, {"precision", "bf16-mixed"},
+                              {"recompute", "selective"}, {"attention", "flash"}}},
+                {"parallelism", {{"dp", 2}, {"tp", 2}, {"pp", 4}, {"sequence_parallel", true}, {"zero", 1},
+                                 {"pp_schedule", sched}, {"virtual_stages", std::string(sched) == "interleaved" ? 2 : 1},
+                                 {"pipeline_p2p", blocking ? "blocking" : "async"}}}};
+      if (std::string(sched) == "gpipe") j["training"]["recompute"] = "full";
+      const StepConfig c = step_config(parse_scenario(j, "test.json"));
+      INFO(sched << (blocking ? " blocking" : " async"));
+      REQUIRE(simulated_micro_batches(c) < 72);
+      const StepResult exact = simulate_step_exact(c);
+      const StepResult fast = simulate_step(c);
+      CHECK(fast.extrapolated_from > 0);
+      CHECK(fast.step_time_s == Approx(exact.step_time_s).epsilon(1e-9));
+      CHECK(fast.peak_bytes == Approx(exact.peak_bytes).epsilon(1e-9));
+      CHECK(fast.pipeline_bubble_s == Approx(exact.pipeline_bubble_s).epsilon(1e-6).margin(1e-9));
+      CHECK(fast.dp_comm_total_s == Approx(exact.dp_comm_total_s).epsilon(1e-9));
+    }
+  }
+}
+
+TEST_CASE("kernel runs folded into one task give exactly the per-kernel simulation", "[parallel][runs]") {
+  // A trace keeps every kernel a task of its own; without one, runs of kernels become one task.
+  // Step time, peak memory and its breakdown, and the idle-time attribution must not move.
+  auto base = [] {
+    return Json{{"model", "llama-3-8b"},
+                {"cluster", {{"gpu", "h100-sxm"}, {"nodes", 2}, {"gpus_per_node", 8}}},
+                {"training", {{"seq_len", 2048}, {"micro_batch", 1}, {"global_batch", 32}, {"precision", "bf16-mixed"},
+                              {"recompute", "selective"}, {"attention", "flash"}}},
+                {"parallelism", {{"dp", 16}}}};
+  };
+  std::vector<std::pair<std::string, Json>> plans;
+  plans.push_back({"ddp", base()});
+  Json fsdp = base();
+  fsdp["parallelism"]["fsdp"] = "full_shard";
+  plans.push_back({"fsdp", fsdp});
+  Json z2 = base();
+  z2["parallelism"] = {{"dp", 4}, {"tp", 4}, {"zero", 2}, {"sequence_parallel", true}};
+  plans.push_back({"zero2-tp", z2});
+  Json pp = base();
+  pp["parallelism"] = {{"dp", 2}, {"tp", 2}, {"pp", 4}, {"pp_schedule", "interleaved"}, {"virtual_stages", 2}, {"zero", 1}};
+  plans.push_back({"interleaved", pp});
+  Json slow = base();
+  slow["training"]["recompute"] = "full";
+  slow["faults"] = {{"stragglers", {{{"gpu", 3}, {"slowdown", 1.3}, {"loader_delay", "50 ms"}}}}};
+  plans.push_back({"straggler", slow});
+  for (const auto& [name, j] : plans) {
+    INFO(name);
+    const Scenario s = parse_scenario(j, "test.json");
+    const StepResult runs = simulate_scenario(s, false);
+    const StepResult kernels = simulate_scenario(s, true);
+    CHECK(runs.events < kernels.events);
+    CHECK(runs.kernels == kernels.kernels);
+    CHECK(runs.step_time_s == Approx(kernels.step_time_s).epsilon(1e-12));
+    CHECK(runs.peak_bytes == Approx(kernels.peak_bytes).epsilon(1e-12));
+    for (std::size_t i = 0; i < runs.peak_breakdown.size(); ++i)
+      CHECK(runs.peak_breakdown[i] == Approx(kernels.peak_breakdown[i]).epsilon(1e-9).margin(1));
+    CHECK(runs.host_stall_s == Approx(kernels.host_stall_s).epsilon(1e-9).margin(1e-12));
+    CHECK(runs.pipeline_bubble_s == Approx(kernels.pipeline_bubble_s).epsilon(1e-9).margin(1e-12));
+    CHECK(runs.dp_comm_exposed_s == Approx(kernels.dp_comm_exposed_s).epsilon(1e-9).margin(1e-12));
+  }
+}
