@@ -1,7 +1,6 @@
 #include "sim/training/memory_tracker.hpp"
 
 #include <algorithm>
-#include <functional>
 
 #include "sim/engine/check.hpp"
 
@@ -20,11 +19,13 @@ void MemoryTracker::apply(MemCategory c, double bytes, Time at) {
 }
 
 void MemoryTracker::drain(Time upto) {
-  while (!pending_.empty() && !(upto < pending_.front().at)) {
-    std::pop_heap(pending_.begin(), pending_.end(), std::greater<>());
-    const Pending p = pending_.back();
-    pending_.pop_back();
+  while (head_ < pending_.size() && !(upto < pending_[head_].at)) {
+    const Pending& p = pending_[head_++];
     apply(p.c, p.bytes, p.at);
+  }
+  if (head_ == pending_.size()) {
+    pending_.clear();
+    head_ = 0;
   }
 }
 
@@ -39,8 +40,14 @@ void MemoryTracker::free(MemCategory c, double bytes, Time at) {
 }
 
 void MemoryTracker::later(MemCategory c, double signed_bytes, Time at) {
-  pending_.push_back({at, seq_++, c, signed_bytes});
-  std::push_heap(pending_.begin(), pending_.end(), std::greater<>());
+  if (pending_.size() == head_ || !(at < pending_.back().at)) {
+    pending_.push_back({at, c, signed_bytes});
+    return;
+  }
+  // After the first change at a later time (stable among equal times).
+  const auto pos = std::upper_bound(pending_.begin() + std::ptrdiff_t(head_), pending_.end(), at,
+                                    [](Time t, const Pending& p) { return t < p.at; });
+  pending_.insert(pos, {at, c, signed_bytes});
 }
 
 void MemoryTracker::settle() { drain(Time::max()); }

@@ -1,7 +1,6 @@
 #pragma once
 // Follows allocations through the step and remembers the peak and what made it up.
 #include <array>
-#include <cstdint>
 #include <vector>
 
 #include "models/tape.hpp"
@@ -34,13 +33,13 @@ class MemoryTracker {
   std::vector<std::pair<Time, double>> timeline_;
   struct Pending {
     Time at;
-    std::uint64_t seq;
     MemCategory c;
     double bytes;
-    bool operator>(const Pending& o) const { return at != o.at ? o.at < at : seq > o.seq; }
   };
-  std::vector<Pending> pending_;  // a min-heap on (time, order of arrival)
-  std::uint64_t seq_ = 0;
+  // In time order (changes arrive in runs that follow one another on one stream; one that does
+  // not is put in its place), applied from `head_`.
+  std::vector<Pending> pending_;
+  std::size_t head_ = 0;
   void drain(Time upto);
   void apply(MemCategory c, double bytes, Time at);
 };

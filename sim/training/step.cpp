@@ -781,6 +781,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     deps_of.reserve(tasks, tasks + tasks / 2);
     opens.reserve(tasks, tasks / 2);
     closes.reserve(tasks, tasks / 2);
+    if (!cfg.keep_trace) run_ops.reserve(tasks, tasks);
   }
   std::deque<PlanItem> keep_items;  // the kernels that tasks point to (a deque never moves them)
   auto host_cost = [&](Phase p) {

@@ -103,4 +103,25 @@ BENCHMARK_CAPTURE(run_scenario_with, llama3_8b_64gpu_straggler, std::string("sce
                                            R"(faults.stragglers=[{"gpu":5,"slowdown":1.2}])"})
     ->Unit(benchmark::kMillisecond);
 
+// 64 GPUs with pipelines (8 nodes of H100, Llama-3-8B at 8K tokens): TP 2 x PP 4 x DP 8, 1F1B,
+// 32 micro-batches; TP 4 x PP 8 x DP 2, interleaved (2 chunks), 128 micro-batches; the same on
+// the flow network.
+static const std::vector<std::string> kPipe64a{"cluster.nodes=8", "parallelism.fsdp=", "parallelism.dp=8", "parallelism.tp=2",
+                                               "parallelism.pp=4", "training.global_batch=256"};
+static const std::vector<std::string> kPipe64b{"cluster.nodes=8", "parallelism.fsdp=", "parallelism.dp=2", "parallelism.tp=4",
+                                               "parallelism.pp=8", "parallelism.pp_schedule=interleaved",
+                                               "parallelism.virtual_stages=2", "training.global_batch=256"};
+BENCHMARK_CAPTURE(run_scenario_with, llama3_8b_64gpu_tp2_pp4, std::string("scenarios/parallel/llama3-8b-8xh100.json"), kPipe64a)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(run_scenario_with, llama3_8b_64gpu_tp4_pp8_interleaved, std::string("scenarios/parallel/llama3-8b-8xh100.json"),
+                  kPipe64b)
+    ->Unit(benchmark::kMillisecond);
+static void run_flow_with(benchmark::State& state, const std::string& rel, std::vector<std::string> sets) {
+  sets.push_back("simulation.network=flow");
+  run_scenario_with(state, rel, sets);
+}
+BENCHMARK_CAPTURE(run_flow_with, llama3_8b_64gpu_tp4_pp8_interleaved, std::string("scenarios/parallel/llama3-8b-8xh100.json"),
+                  kPipe64b)
+    ->Unit(benchmark::kMillisecond);
+
 BENCHMARK_MAIN();
