@@ -45,7 +45,8 @@ std::string label_of(const Scenario& s) {
                   std::to_string(p.pp);
   if (p.cp > 1) l += " cp" + std::to_string(p.cp);
   if (p.ep > 1) l += " ep" + std::to_string(p.ep);
-  if (p.pp > 1) l += p.pp_schedule == "interleaved" ? " (interleaved x" + std::to_string(p.virtual_stages) + ")" : " (1f1b)";
+  if (p.pp > 1)
+    l += p.pp_schedule == "interleaved" ? " (interleaved x" + std::to_string(p.virtual_stages) + ")" : " (" + p.pp_schedule + ")";
   if (p.zero > 0) l += " zero" + std::to_string(p.zero);
   if (!p.fsdp.empty()) l += " fsdp:" + p.fsdp;
   l += " mb" + std::to_string(s.training.micro_batch);
@@ -93,8 +94,9 @@ std::vector<Scenario> enumerate(const Scenario& base, std::int64_t gpus) {
               if (base.training.global_batch % (mb * dp)) continue;
               const std::int64_t mbs = base.training.global_batch / (mb * dp);
               for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
-                for (int v : {1, 2}) {
+                for (int v : {1, 2, 3}) {  // 1F1B, interleaved with two chunks, ZB-H1
                   if (v == 2 && (pp == 1 || mbs % pp || m.layers < pp * 2)) continue;
+                  if (v == 3 && (pp == 1 || shard == 3)) continue;
                   Scenario s = base;
                   s.nodes = nodes;
                   s.gpus_per_node = gpn;
@@ -105,8 +107,8 @@ std::vector<Scenario> enumerate(const Scenario& base, std::int64_t gpus) {
                   p.cp = cp;
                   p.ep = ep;
                   p.sequence_parallel = tp > 1 && megatron && seq % (tp * cp) == 0;
-                  p.pp_schedule = v == 2 ? "interleaved" : "1f1b";
-                  p.virtual_stages = v;
+                  p.pp_schedule = v == 2 ? "interleaved" : v == 3 ? "zb-h1" : "1f1b";
+                  p.virtual_stages = v == 2 ? 2 : 1;
                   if (shard > 0) {
                     // ZeRO stages under Megatron-style recipes, FSDP strategies under PyTorch's.
                     if (megatron || pp > 1 || tp > 1 || cp > 1 || ep > 1) p.zero = shard;
