@@ -174,7 +174,7 @@ class Builder {
       op.bwd.push_back(mem_kernel(name + ".dequant_bwd", double(in) * double(out) * (0.5 + 2.0), c));
     } else if (frozen) {
       // A frozen base stored in the compute dtype: autocast has nothing to cast.
-    } else if (r_.autocast) {
+    } else if (r_.autocast && !st_.weights_gathered_in_compute_dtype) {
       OpRec wc;
       wc.name = name + ".w_cast";
       const int w = tensor(name + ".w_" + std::string(to_string(c)), double(in) * double(out), c);

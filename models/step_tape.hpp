@@ -22,6 +22,10 @@ struct StageSpec {
   bool sequence_parallel = false;
   std::int64_t cp = 1;
   std::int64_t ep = 1;
+  // FSDP with MixedPrecision(param_dtype = compute dtype), DeepSpeed ZeRO-3: each layer's weights
+  // are gathered already in the compute dtype, so autocast has no weight to cast (no cast copy
+  // cached for the forward, no cast kernels; casting the 1/N shard before the gather is left out).
+  bool weights_gathered_in_compute_dtype = false;
 };
 
 Tape build_step_tape(const TransformerSpec& model, const TrainingSpec& training, StageSpec stage = {});

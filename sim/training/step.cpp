@@ -750,6 +750,8 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
       st.sequence_parallel = par.sequence_parallel;
       st.cp = par.cp;
       st.ep = par.ep;
+      // Gathered weights arrive in the compute dtype (the gather below moves them so).
+      st.weights_gathered_in_compute_dtype = gather_params;
       auto [pos, fresh] = tapes.try_emplace(vs);
       if (fresh) {
         pos->second = build_step_tape(cfg.model, tr, st);
@@ -984,14 +986,18 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
       bool have_gather = false;
       double gathered_bytes = 0;
       std::vector<TaskId> pending_first;
+      std::vector<TaskId> layer_ends;  // where each layer of this pass ends (FSDP's rate limiter)
       for (auto& item : items) {
         // ZeRO-3 / FSDP: gather a layer's parameters before its first op, release them after.
         std::vector<TaskId> first_deps;
         const bool compute_phase = item.phase != Phase::optimizer;
         if (gather_params && compute_phase && item.layer != cur_layer && !item.kernels().empty()) {
+          if (started) {
+            seal(r);
+            layer_ends.push_back(last);
+          }
           if (have_gather && (w.forward ? par.fsdp != FsdpMode::shard_grad_op : true)) {
             // Reshard the previous layer.
-            seal(r);
             closes.push(last, {MemCategory::other, gathered_bytes});
           }
           cur_layer = item.layer;
@@ -1000,8 +1006,17 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
           const bool need = w.forward || regather_in_backward;
           if (need && gathered_bytes > 0) {
             double t = collective_time(cfg, CollectiveKind::all_gather, CommGroup::dp, lp * dtype_bytes(gather_dtype), s);
+            // FSDP's MixedPrecision casts this rank's fp32 shard to the compute dtype on the
+            // all-gather stream before every gather.
+            const Dtype stored = tr.precision.param;
+            if (stored != gather_dtype && !par.offload_params)
+              t += cm.memory_time(lp / shard.params * (dtype_bytes(stored) + dtype_bytes(gather_dtype)), false).seconds();
             std::vector<TaskId> gdeps;
             if (started) gdeps.push_back(first);  // prefetch: once this pass has started
+            // FSDP's rate limiter (limit_all_gathers, on by default) keeps at most two layers'
+            // all-gathers ahead: this one waits until the layer two back has run (and been
+            // resharded). Unlimited, the gathers outran compute and held every layer at once.
+            if (layer_ends.size() >= 2) gdeps.push_back(layer_ends[layer_ends.size() - 2]);
             // Offloaded parameters: this rank's shard crosses PCIe before the gather.
             if (par.offload_params) {
               const double h2d = lp * dtype_bytes(gather_dtype) / gathered_shard_params / std::max(par.links.pcie_bandwidth, 1.0);

@@ -255,3 +255,34 @@ TEST_CASE("kernel runs folded into one task give exactly the per-kernel simulati
     CHECK(runs.dp_comm_exposed_s == Approx(kernels.dp_comm_exposed_s).epsilon(1e-9).margin(1e-12));
   }
 }
+
+TEST_CASE("FSDP keeps at most two layers gathered, in the compute dtype, with no autocast weight casts", "[parallel][fsdp]") {
+  // Llama-2-7B, FULL_SHARD on 8 GPUs of one node, autocast (fp32 shards): NVLink gathers run far
+  // ahead of compute unless FSDP's rate limiter (limit_all_gathers) holds them to two layers; the
+  // gathered weights are bf16 (MixedPrecision), so autocast caches no cast copies of them.
+  Json j = {{"model", "llama-2-7b"},
+            {"cluster", {{"gpu", "a100-80g"}, {"nodes", 1}, {"gpus_per_node", 8}}},
+            {"training", {{"seq_len", 2048}, {"micro_batch", 1}, {"global_batch", 8}, {"precision", "bf16-mixed"},
+                          {"optimizer", "adamw"}, {"optimizer_impl", "fused"}, {"recompute", "full"}, {"attention", "flash"}}},
+            {"parallelism", {{"dp", 8}, {"fsdp", "full_shard"}}}};
+  const Scenario s = parse_scenario(j, "test.json");
+  const StepResult r = simulate_scenario(s, true);
+  const double layer_bf16 = (4.0 * 4096 * 4096 + 3.0 * 4096 * 11008 + 2 * 4096) * 2;
+  const double root_bf16 = 2.0 * 32000 * 4096 * 2;  // the root unit: embedding and LM head (untied)
+  const double other = r.peak_breakdown[std::size_t(MemCategory::other)];
+  CHECK(other <= (2 * layer_bf16 + root_bf16) * 7 / 8 + 1e6);
+  CHECK(r.peak_bytes < 25e9);  // 7B x 16 B / 8 = 14 GB of state, plus a layer's working set
+  bool any_cast = false;
+  for (const TraceSpan& sp : r.trace) any_cast = any_cast || sp.name.find("w_cast") != std::string::npos;
+  CHECK_FALSE(any_cast);
+  // The same recipe on one GPU (no FSDP) does cast its fp32 weights for every forward.
+  Json one = j;
+  one["cluster"]["gpus_per_node"] = 1;
+  one["parallelism"] = {{"dp", 1}};
+  one["training"]["global_batch"] = 1;
+  one["model"] = {{"base", "llama-2-7b"}, {"layers", 2}};
+  const StepResult single = simulate_scenario(parse_scenario(one, "test.json"), true);
+  bool cast_one = false;
+  for (const TraceSpan& sp : single.trace) cast_one = cast_one || sp.name.find("w_cast") != std::string::npos;
+  CHECK(cast_one);
+}
