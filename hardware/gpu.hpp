@@ -15,6 +15,9 @@ struct GpuSpec {
   std::string description;
   Bytes memory;                 // capacity as the driver reports it
   BytesPerSecond hbm_bandwidth;
+  // The fraction of hbm_bandwidth a streaming kernel (BabelStream triad) reaches, as published for
+  // this GPU; 0: not measured (the default profile then takes the middle of the measured ones).
+  double stream_efficiency = 0;
   int sms = 0;                  // streaming multiprocessors (compute units on AMD)
   Bytes l2_cache;
   Hertz boost_clock;

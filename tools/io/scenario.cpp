@@ -134,6 +134,7 @@ GpuSpec parse_gpu(const Json& j, const std::string& file, const std::string& pat
   g.memory = Bytes{r.quantity("memory", QuantityKind::bytes)};
   g.hbm_bandwidth = BytesPerSecond{r.quantity("hbm_bandwidth", QuantityKind::bandwidth)};
   g.sms = static_cast<int>(r.integer("sms", 1, 1 << 20));
+  g.stream_efficiency = r.number_or("stream_efficiency", 0.0, 0.0, 1.0);
   g.l2_cache = Bytes{r.quantity_or("l2_cache", QuantityKind::bytes, 0)};
   g.boost_clock = Hertz{r.quantity_or("boost_clock", QuantityKind::frequency, 0)};
   JsonReader peaks = r.object("peak_dense");
