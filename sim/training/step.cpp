@@ -1293,7 +1293,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
           res.failed = true;
           char buf[256];
           std::snprintf(buf, sizeof buf,
-                        "NCCL timeout: GPU %lld waited %.1f s in a collective for GPU %lld (timeout %.0f s); the watchdog aborts "
+                        "NCCL timeout: GPU %lld waited %.1f s in a collective for GPU %lld (timeout %.3g s); the watchdog aborts "
                         "the job %.1f s into the step",
                         (long long)global_rank(a.rank), wait, (long long)global_rank(last_rank), cfg.faults.nccl_timeout_s,
                         own_arrival[{b, a.rank}].seconds() + cfg.faults.nccl_timeout_s);
@@ -1439,7 +1439,7 @@ std::int64_t window_of(const StepConfig& cfg) {
 // The two step lengths (micro-batches) simulated to extend a long accumulation linearly, or
 // {0, 0}: simulate every micro-batch.
 struct Windows {
-  std::int64_t a = 0, b = 0;
+  std::int64_t a = 0, b = 0, c = 0;  // equally spaced; c - b = b - a
 };
 
 Windows windows_of(const StepConfig& cfg) {
@@ -1449,10 +1449,10 @@ Windows windows_of(const StepConfig& cfg) {
   // Without a pipeline every micro-batch between the first (which allocates) and the last (which
   // starts the gradient reduction, DDP's no_sync) is the same period, so 2 and 3 micro-batches
   // differ by exactly one of them. A one-time stall is not periodic.
-  if (cfg.parallel.pp == 1 && !stall && m > 5) return {2, 3};
-  // With a pipeline the windows cost 3w micro-batches: worth it past that.
+  if (cfg.parallel.pp == 1 && !stall && m > 6) return {2, 3, 4};
+  // With a pipeline the three windows cost 6w micro-batches: worth it past that.
   const std::int64_t w = window_of(cfg);
-  if (!stall && m > 3 * w) return {w, 2 * w};
+  if (!stall && m > 6 * w) return {w, 2 * w, 3 * w};
   return {};
 }
 
@@ -1469,13 +1469,13 @@ std::int64_t simulated_ranks(const StepConfig& cfg) {
 
 std::int64_t simulated_micro_batches(const StepConfig& cfg) {
   const Windows win = windows_of(cfg);
-  return win.b > 0 ? win.b : micro_batches_of(cfg);
+  return win.c > 0 ? win.c : micro_batches_of(cfg);
 }
 
 StepResult simulate_step(const StepConfig& cfg) {
   const std::int64_t m = micro_batches_of(cfg);
   const Windows win = windows_of(cfg);
-  if (win.b == 0) return simulate_step_exact(cfg);
+  if (win.c == 0) return simulate_step_exact(cfg);
   // Gradient accumulation over many micro-batches repeats the same steady-state period: every
   // micro-batch past the pipeline's warm-up adds the same work, the same traffic and (under
   // GPipe, which keeps every micro-batch's activations) the same memory. Simulate two step
@@ -1486,9 +1486,24 @@ StepResult simulate_step(const StepConfig& cfg) {
     c.training.global_batch = mbs * std::max<std::int64_t>(1, cfg.training.micro_batch * cfg.parallel.dp);
     return simulate_step_with(c, tapes);
   };
-  const StepResult a = with(win.a);
-  StepResult r = with(win.b);
-  const double k = double(m - win.b) / double(win.b - win.a);
+  // The steady state is checked, not assumed: a host clock that runs at nearly the pipeline's
+  // rate, or a straggler its peers wait for, can take many micro-batches to settle. Three equally
+  // spaced windows must grow by the same step, idle split and peer waits, else every micro-batch
+  // is simulated.
+  const StepResult w0 = with(win.a);
+  const StepResult a = with(win.b);
+  StepResult r = with(win.c);
+  auto same_growth = [](double x0, double x1, double x2) {
+    return std::fabs((x2 - x1) - (x1 - x0)) <= 1e-9 * std::max({1.0, std::fabs(x2), std::fabs(x1)});
+  };
+  if (!same_growth(w0.step_time_s, a.step_time_s, r.step_time_s) ||
+      !same_growth(w0.host_stall_s, a.host_stall_s, r.host_stall_s) ||
+      !same_growth(w0.pipeline_bubble_s, a.pipeline_bubble_s, r.pipeline_bubble_s) ||
+      !same_growth(w0.dp_comm_exposed_s, a.dp_comm_exposed_s, r.dp_comm_exposed_s) ||
+      !same_growth(w0.max_peer_wait_s, a.max_peer_wait_s, r.max_peer_wait_s) ||
+      !same_growth(w0.peak_bytes, a.peak_bytes, r.peak_bytes) || r.failed)
+    return simulate_step_exact(cfg);
+  const double k = double(m - win.c) / double(win.c - win.b);
   auto ext = [k](double& field, double at_w) { field += k * (field - at_w); };
   ext(r.step_time_s, a.step_time_s);
   ext(r.compute_s, a.compute_s);
@@ -1503,6 +1518,9 @@ StepResult simulate_step(const StepConfig& cfg) {
   ext(r.cp_comm_s, a.cp_comm_s);
   ext(r.ep_comm_s, a.ep_comm_s);
   ext(r.dp_comm_total_s, a.dp_comm_total_s);
+  ext(r.peer_wait_s, a.peer_wait_s);
+  ext(r.peer_wait_exposed_s, a.peer_wait_exposed_s);
+  ext(r.max_peer_wait_s, a.max_peer_wait_s);
   ext(r.peak_bytes, a.peak_bytes);
   for (std::size_t i = 0; i < r.peak_breakdown.size(); ++i) ext(r.peak_breakdown[i], a.peak_breakdown[i]);
   for (std::size_t i = 0; i < r.rank_peak_bytes.size() && i < a.rank_peak_bytes.size(); ++i)
@@ -1513,7 +1531,8 @@ StepResult simulate_step(const StepConfig& cfg) {
   r.kernels = std::uint64_t(std::llround(kernels));
   r.events = std::uint64_t(std::llround(events));
   r.micro_batches = m;
-  r.extrapolated_from = win.b;
+  r.extrapolated_from = win.c;
+  if (r.max_peer_wait_s > cfg.faults.nccl_timeout_s) return simulate_step_exact(cfg);  // name who timed out
   r.required_bytes = r.peak_bytes * (1.0 + cfg.fragmentation) + cfg.context_reserve_bytes;
   r.fits = r.required_bytes <= r.capacity_bytes;
   const double tokens = double(cfg.training.global_batch) * double(cfg.training.seq_len);

@@ -194,7 +194,7 @@ TEST_CASE("pipelines with unequal stages extrapolate exactly from two windows", 
     for (bool blocking : {false, true}) {
       Json j = {{"model", "llama-3-8b"},
                 {"cluster", {{"gpu", "h100-sxm"}, {"nodes", 2}, {"gpus_per_node", 8}}},
-                {"training", {{"seq_len", 1024}, {"micro_batch", 1}, {"global_batch", 2 * 72}, {"precision", "bf16-mixed"},
+                {"training", {{"seq_len", 1024}, {"micro_batch", 1}, {"global_batch", 2 * 104}, {"precision", "bf16-mixed"},
                               {"recompute", "selective"}, {"attention", "flash"}}},
                 {"parallelism", {{"dp", 2}, {"tp", 2}, {"pp", 4}, {"sequence_parallel", true}, {"zero", 1},
                                  {"pp_schedule", sched}, {"virtual_stages", std::string(sched) == "interleaved" ? 2 : 1},
@@ -202,7 +202,7 @@ TEST_CASE("pipelines with unequal stages extrapolate exactly from two windows", 
       if (std::string(sched) == "gpipe") j["training"]["recompute"] = "full";
       const StepConfig c = step_config(parse_scenario(j, "test.json"));
       INFO(sched << (blocking ? " blocking" : " async"));
-      REQUIRE(simulated_micro_batches(c) < 72);
+      REQUIRE(simulated_micro_batches(c) < 104);
       const StepResult exact = simulate_step_exact(c);
       const StepResult fast = simulate_step(c);
       CHECK(fast.extrapolated_from > 0);
@@ -210,8 +210,27 @@ TEST_CASE("pipelines with unequal stages extrapolate exactly from two windows", 
       CHECK(fast.peak_bytes == Approx(exact.peak_bytes).epsilon(1e-9));
       CHECK(fast.pipeline_bubble_s == Approx(exact.pipeline_bubble_s).epsilon(1e-6).margin(1e-9));
       CHECK(fast.dp_comm_total_s == Approx(exact.dp_comm_total_s).epsilon(1e-9));
+      CHECK(fast.host_stall_s == Approx(exact.host_stall_s).epsilon(1e-6).margin(1e-9));
     }
   }
+}
+
+TEST_CASE("windows that have not settled fall back to the exact step; peer waits grow with the accumulation", "[parallel][extrapolate]") {
+  // A straggler twice as slow: its data-parallel peers wait longer with every micro-batch, and
+  // over 200 micro-batches the wait passes a 300 ms NCCL timeout that 48 never reach.
+  Json j = {{"model", "llama-3.2-1b"},
+            {"cluster", {{"gpu", "h100-sxm"}, {"nodes", 2}, {"gpus_per_node", 8}}},
+            {"training", {{"seq_len", 1024}, {"micro_batch", 1}, {"global_batch", 800}, {"precision", "bf16-mixed"},
+                          {"recompute", "none"}, {"attention", "flash"}}},
+            {"parallelism", {{"dp", 4}, {"pp", 4}}},
+            {"faults", {{"stragglers", {{{"gpu", 3}, {"slowdown", 2.0}}}}, {"nccl_timeout", "300 ms"}}}};
+  const StepConfig c = step_config(parse_scenario(j, "test.json"));
+  const StepResult fast = simulate_step(c);
+  const StepResult exact = simulate_step_exact(c);
+  CHECK(exact.failed);
+  CHECK(fast.failed);
+  CHECK(fast.max_peer_wait_s == Approx(exact.max_peer_wait_s).epsilon(1e-6));
+  CHECK(fast.step_time_s == Approx(exact.step_time_s).epsilon(1e-9));
 }
 
 TEST_CASE("kernel runs folded into one task give exactly the per-kernel simulation", "[parallel][runs]") {
