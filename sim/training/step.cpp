@@ -408,6 +408,10 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
       par.fsdp == FsdpMode::shard_grad_op)
     shard.params = double(shard_group);
   const bool gather_params = shard.params > 1;
+  // HYBRID_SHARD gathers and reduce-scatters inside its shard group (the node), then all-reduces
+  // the shards across the replicas: the closed form times the first over the shard group.
+  StepConfig shard_cfg = cfg;
+  shard_cfg.parallel.dp = shard_group;
   const bool regather_in_backward = gather_params && par.fsdp != FsdpMode::shard_grad_op;
   if (par.offload_optimizer) shard.optimizer = 1e30;  // moments live in host memory
   const double gathered_shard_params = shard.params;
@@ -1005,7 +1009,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
           gathered_bytes = lp * dtype_bytes(gather_dtype) * (1.0 - (par.offload_params ? 0.0 : 1.0 / shard.params));
           const bool need = w.forward || regather_in_backward;
           if (need && gathered_bytes > 0) {
-            double t = collective_time(cfg, CollectiveKind::all_gather, CommGroup::dp, lp * dtype_bytes(gather_dtype), s);
+            double t = collective_time(shard_cfg, CollectiveKind::all_gather, CommGroup::dp, lp * dtype_bytes(gather_dtype), s);
             // FSDP's MixedPrecision casts this rank's fp32 shard to the compute dtype on the
             // all-gather stream before every gather.
             const Dtype stored = tr.precision.param;
@@ -1064,7 +1068,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
         // here, issued as the pass ends), every micro-batch as FSDP does without no_sync.
         double bytes = 0;
         for (const ParamRec& prm : ch.tape->params) bytes += prm.count * gdt;
-        double t = collective_time(cfg, CollectiveKind::reduce_scatter, CommGroup::dp, bytes, s);
+        double t = collective_time(shard_cfg, CollectiveKind::reduce_scatter, CommGroup::dp, bytes, s);
         const bool hybrid = par.fsdp == FsdpMode::hybrid_shard && par.dp > shard_group;
         if (hybrid) {
           StepConfig inter = cfg;
