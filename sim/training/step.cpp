@@ -1034,7 +1034,9 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
             first_deps.push_back(layer_gather);
             have_gather = true;
           } else {
-            have_gather = false;
+            // SHARD_GRAD_OP keeps the forward's gathered layer until its backward has run, then
+            // reshards it.
+            have_gather = par.fsdp == FsdpMode::shard_grad_op && !w.forward && gathered_bytes > 0;
           }
         }
         if (!started) {
@@ -1062,7 +1064,8 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
         }
       }
       seal(r);  // what follows waits for the pass's end
-      if (gather_params && have_gather) closes.push(last, {MemCategory::other, gathered_bytes});
+      if (gather_params && have_gather && (w.forward ? par.fsdp != FsdpMode::shard_grad_op : true))
+        closes.push(last, {MemCategory::other, gathered_bytes});
       if (gather_params && !w.forward) {
         // Reduce-scatter of this chunk's gradients (per layer in practice; one task per pass
         // here, issued as the pass ends), every micro-batch as FSDP does without no_sync.

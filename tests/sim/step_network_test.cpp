@@ -304,4 +304,13 @@ TEST_CASE("FSDP keeps at most two layers gathered, in the compute dtype, with no
   bool cast_one = false;
   for (const TraceSpan& sp : single.trace) cast_one = cast_one || sp.name.find("w_cast") != std::string::npos;
   CHECK(cast_one);
+  // SHARD_GRAD_OP reshards each layer after its backward: the peak does not grow with the
+  // accumulation.
+  Json sgo = j;
+  sgo["parallelism"]["fsdp"] = "shard_grad_op";
+  sgo["training"]["global_batch"] = 16;
+  const double two = simulate_scenario(parse_scenario(sgo, "test.json")).peak_bytes;
+  sgo["training"]["global_batch"] = 32;
+  const double four = simulate_scenario(parse_scenario(sgo, "test.json")).peak_bytes;
+  CHECK(four == Approx(two).epsilon(1e-9));
 }
