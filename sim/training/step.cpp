@@ -1433,7 +1433,7 @@ std::int64_t micro_batches_of(const StepConfig& cfg) {
                                        std::max<std::int64_t>(1, cfg.training.micro_batch * cfg.parallel.dp));
 }
 
-// The two window sizes a long step is extrapolated from: m1 and 2*m1 micro-batches, past the
+// The window w a pipelined step is extrapolated from (w, 2w and 3w micro-batches): past the
 // pipeline's warm-up and a multiple of pp for the interleaved schedule.
 std::int64_t window_of(const StepConfig& cfg) {
   const ParallelPlan& p = cfg.parallel;
@@ -1442,9 +1442,8 @@ std::int64_t window_of(const StepConfig& cfg) {
   return (want + unit - 1) / unit * unit;
 }
 
-
-// The two step lengths (micro-batches) simulated to extend a long accumulation linearly, or
-// {0, 0}: simulate every micro-batch.
+// The three step lengths (micro-batches) simulated to extend a long accumulation linearly, or
+// {0, 0, 0}: simulate every micro-batch.
 struct Windows {
   std::int64_t a = 0, b = 0, c = 0;  // equally spaced; c - b = b - a
 };
@@ -1454,8 +1453,8 @@ Windows windows_of(const StepConfig& cfg) {
   bool stall = false;
   for (const Straggler& st : cfg.faults.stragglers) stall = stall || st.stall_s > 0;
   // Without a pipeline every micro-batch between the first (which allocates) and the last (which
-  // starts the gradient reduction, DDP's no_sync) is the same period, so 2 and 3 micro-batches
-  // differ by exactly one of them. A one-time stall is not periodic.
+  // starts the gradient reduction, DDP's no_sync) is the same period, so 2, 3 and 4 micro-batches
+  // differ by exactly one of them each. A one-time stall is not periodic.
   if (cfg.parallel.pp == 1 && !stall && m > 6) return {2, 3, 4};
   // With a pipeline the three windows cost 6w micro-batches: worth it past that.
   const std::int64_t w = window_of(cfg);
@@ -1485,7 +1484,7 @@ StepResult simulate_step(const StepConfig& cfg) {
   if (win.c == 0) return simulate_step_exact(cfg);
   // Gradient accumulation over many micro-batches repeats the same steady-state period: every
   // micro-batch past the pipeline's warm-up adds the same work, the same traffic and (under
-  // GPipe, which keeps every micro-batch's activations) the same memory. Simulate two step
+  // GPipe, which keeps every micro-batch's activations) the same memory. Simulate three step
   // lengths and extend their difference linearly to m, instead of building m micro-batches.
   TapeCache tapes;
   auto with = [&](std::int64_t mbs) {
