@@ -5,10 +5,16 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdarg>
 #include <ctime>
+#include <mutex>
+#include <thread>
 
 namespace harness {
 
@@ -304,12 +310,102 @@ int choose_reps(double rep_s, const TimingOptions& o) {
 
 }  // namespace
 
+// ---------------------------------------------------------------------------
+// Sustained timing and clock sampling
+// ---------------------------------------------------------------------------
+
+namespace {
+
+double g_sustain_s = 0;
+
+// NVML through dlopen: the harness builds and runs without it (no clocks then).
+struct Nvml {
+  using Device = void*;
+  int (*init)() = nullptr;
+  int (*by_bus_id)(const char*, Device*) = nullptr;
+  int (*clock)(Device, int, unsigned*) = nullptr;
+  int (*power)(Device, unsigned*) = nullptr;
+  Device device = nullptr;
+  bool ok = false;
+
+  static Nvml& get() {
+    static Nvml n = [] {
+      Nvml x;
+      void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+      if (!lib) return x;
+      x.init = reinterpret_cast<int (*)()>(dlsym(lib, "nvmlInit_v2"));
+      x.by_bus_id = reinterpret_cast<int (*)(const char*, Device*)>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
+      x.clock = reinterpret_cast<int (*)(Device, int, unsigned*)>(dlsym(lib, "nvmlDeviceGetClockInfo"));
+      x.power = reinterpret_cast<int (*)(Device, unsigned*)>(dlsym(lib, "nvmlDeviceGetPowerUsage"));
+      if (!x.init || !x.by_bus_id || !x.clock || !x.power || x.init() != 0) return x;
+      int dev = 0;
+      char bus[64] = {0};
+      if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetPCIBusId(bus, sizeof bus, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return x;
+      }
+      x.ok = x.by_bus_id(bus, &x.device) == 0;
+      return x;
+    }();
+    return n;
+  }
+};
+
+// Samples the SM clock and power every 2 ms on a host thread between construction and stop().
+class ClockSampler {
+ public:
+  ClockSampler() {
+    if (!Nvml::get().ok) return;
+    running_ = true;
+    thread_ = std::thread([this] {
+      Nvml& n = Nvml::get();
+      while (running_.load()) {
+        unsigned mhz = 0, mw = 0;
+        if (n.clock(n.device, 1 /* NVML_CLOCK_SM */, &mhz) == 0 && n.power(n.device, &mw) == 0) {
+          std::lock_guard<std::mutex> lock(mu_);
+          mhz_.push_back(mhz);
+          watts_ += mw * 1e-3;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    });
+  }
+  ~ClockSampler() { stop(); }
+  ClockSample stop() {
+    if (thread_.joinable()) {
+      running_ = false;
+      thread_.join();
+    }
+    ClockSample c;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (mhz_.empty()) return c;
+    std::vector<unsigned> v = mhz_;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    c.sm_clock_mhz = v[v.size() / 2];
+    c.power_w = watts_ / mhz_.size();
+    c.samples = static_cast<int>(mhz_.size());
+    return c;
+  }
+
+ private:
+  std::atomic<bool> running_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<unsigned> mhz_;
+  double watts_ = 0;
+};
+
+}  // namespace
+
+void set_sustain_s(double seconds) { g_sustain_s = std::max(0.0, seconds); }
+double sustain_s() { return g_sustain_s; }
+
 double predict_time_op_s(double op_s, const TimingOptions& o) {
   const int inner = choose_inner(op_s, o);
   const double rep_s = op_s * inner;
   const int reps = choose_reps(rep_s, o);
-  // warm-up + estimate + (graph warm-up) + reps, plus a few ms of host overhead.
-  return op_s * (o.warmup + 1) + rep_s * (reps + (inner > 1 ? 1 : 0)) + 3e-3;
+  // warm-up + estimate + (graph warm-up) + sustained run + reps, plus a few ms of host overhead.
+  return op_s * (o.warmup + 1) + rep_s * (reps + (inner > 1 ? 1 : 0)) + g_sustain_s + 3e-3;
 }
 
 Timing time_op(cudaStream_t stream, const LaunchFn& fn, const TimingOptions& o, const Budget& budget) {
@@ -392,27 +488,54 @@ Timing time_op(cudaStream_t stream, const LaunchFn& fn, const TimingOptions& o, 
   // Keep inside the phase budget when it runs short, but never below 3 reps.
   while (reps > 3 && !budget.allows(rep_s * reps + 0.5)) reps = std::max(3, reps / 2);
 
+  auto launch_batch = [&](int r) -> std::string {
+    if (use_graph) return cuda_error(cudaGraphLaunch(graph.exec, stream), "cudaGraphLaunch");
+    for (int i = 0; i < inner; ++i) {
+      std::string err = fn(stream, r * inner + i);
+      if (!err.empty()) return err;
+    }
+    return "";
+  };
+  // Sustained timing: run until the clock has settled under a steady load, in chunks of about
+  // 20 ms timed by events (a chunk is queued whole, so the GPU never idles between batches).
+  if (g_sustain_s > 0 && budget.allows(g_sustain_s + rep_s * reps + 0.5)) {
+    const int per_chunk = std::max(1, static_cast<int>(0.02 / std::max(rep_s, 1e-7)));
+    while (t.sustained_s < g_sustain_s) {
+      cudaEventRecord(est.events[0], stream);
+      for (int r = 0; r < per_chunk; ++r) {
+        std::string err = launch_batch(r);
+        if (!err.empty()) return fail("sustain: " + err);
+      }
+      cudaEventRecord(est.events[1], stream);
+      std::string err = cuda_error(cudaEventSynchronize(est.events[1]), "sustain sync");
+      if (!err.empty()) return fail(err);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, est.events[0], est.events[1]);
+      t.sustained_s += 1e-3 * ms;
+    }
+    // Keep the GPU busy while the host queues the timed repetitions.
+    for (int r = 0; r < per_chunk; ++r) {
+      std::string err = launch_batch(r);
+      if (!err.empty()) return fail("sustain: " + err);
+    }
+  }
+
   EventSet ev;
   {
     std::string err = ev.create(2 * static_cast<size_t>(reps));
     if (!err.empty()) return fail(err);
   }
+  ClockSampler sampler;
   // Back-to-back repetitions with no host synchronisation in between.
   for (int r = 0; r < reps; ++r) {
     cudaEventRecord(ev.events[2 * r], stream);
-    if (use_graph) {
-      std::string err = cuda_error(cudaGraphLaunch(graph.exec, stream), "cudaGraphLaunch");
-      if (!err.empty()) return fail(err);
-    } else {
-      for (int i = 0; i < inner; ++i) {
-        std::string err = fn(stream, r * inner + i);
-        if (!err.empty()) return fail(err);
-      }
-    }
+    std::string err = launch_batch(r);
+    if (!err.empty()) return fail(err);
     cudaEventRecord(ev.events[2 * r + 1], stream);
   }
   {
     std::string err = cuda_error(cudaStreamSynchronize(stream), "timed sync");
+    t.clocks = sampler.stop();
     if (!err.empty()) return fail(err);
     err = cuda_error(cudaGetLastError(), "after timed runs");
     if (!err.empty()) return fail(err);
@@ -483,6 +606,12 @@ void add_timing(JsonObject& entry, const Timing& t) {
     entry.integer("reps", t.reps);
     entry.integer("inner", t.inner);
     entry.boolean("graph", t.graph);
+    if (t.sustained_s > 0) entry.num("sustained_s", t.sustained_s);
+    if (t.clocks.samples > 0) {
+      entry.num("sm_clock_mhz", t.clocks.sm_clock_mhz);
+      entry.num("power_w", t.clocks.power_w);
+      entry.integer("clock_samples", t.clocks.samples);
+    }
   } else {
     entry.null("time_s");
     entry.str("error", t.error);

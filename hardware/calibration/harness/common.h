@@ -167,6 +167,21 @@ struct TimingOptions {
   bool allow_graph = true;
 };
 
+// Sustained timing: before the timed repetitions, keep running the operation until this much
+// device time has passed, so that the GPU's power controller has settled to the clock it holds
+// under a steady load (a training step), not the boost clock of a short burst. 0: off (the
+// harness's --sustain-ms sets it for the whole run).
+void set_sustain_s(double seconds);
+double sustain_s();
+
+// The SM clock and board power while the timed repetitions ran, sampled through NVML (loaded with
+// dlopen; absent NVML leaves them 0).
+struct ClockSample {
+  double sm_clock_mhz = 0;  // median of the samples
+  double power_w = 0;       // mean of the samples
+  int samples = 0;
+};
+
 struct Timing {
   bool ok = false;
   std::string error;
@@ -175,6 +190,8 @@ struct Timing {
   int inner = 0;
   bool graph = false;
   double first_s = 0;  // duration of the single estimate run (after warm-up)
+  double sustained_s = 0;  // device time run before the timed repetitions (sustained timing)
+  ClockSample clocks;
 };
 
 // Warm-up, estimate, batch, repeat; per-run time = event time of a repetition / inner.

@@ -3,7 +3,7 @@
 // GPU and writes them as JSON.
 //
 //   scaleout-harness --out FILE.json [--quick] [--only gemm,attention,membound,pcie,launch]
-//                    [--budget-s 240] [--device N] [--no-fork] [--list] [--summarize FILE.json]
+//                    [--budget-s 240] [--sustain-ms 0] [--device N] [--no-fork] [--list] [--summarize FILE.json]
 //
 // Robustness for a single unattended run: the parent process never touches
 // CUDA. It forks one child per phase; a child writes one JSON line per
@@ -63,6 +63,7 @@ struct Options {
   std::vector<std::string> only;
   double budget_s = 240;
   int device = 0;
+  double sustain_ms = 0;
   bool fork = true;
   bool list = false;
   bool selftest = false;
@@ -73,10 +74,12 @@ struct Options {
 void usage() {
   fprintf(stderr,
           "usage: scaleout-harness --out FILE.json [--quick] [--only gemm,attention,attention_own,membound,pcie,launch]\n"
-          "                        [--budget-s 240] [--device N] [--no-fork] [--list] [--summarize FILE.json]\n"
+          "                        [--budget-s 240] [--sustain-ms 0] [--device N] [--no-fork] [--list] [--summarize FILE.json]\n"
           "  --quick      small plan (a smoke test of every phase, ~30 s)\n"
           "  --only       comma-separated phases to run (default: all; a prefix selects every phase it starts)\n"
           "  --budget-s   wall-clock budget of the whole run; no new measurement starts past it\n"
+          "  --sustain-ms run each kernel this long before timing it, so the clock settles to what the GPU\n"
+          "               holds under a steady load (its power limit) rather than a short burst's boost\n"
           "  --no-fork    run the phases in this process (debugging; a crash ends the run)\n"
           "  --list       print the plan (entries, predicted H200 seconds) without touching the GPU\n"
           "  --summarize  print the summary table of an existing output file\n"
@@ -107,6 +110,13 @@ bool parse_args(int argc, char** argv, Options* o) {
     } else if (a == "--budget-s") {
       if (!next(&v)) return false;
       o->budget_s = atof(v.c_str());
+    } else if (a == "--sustain-ms") {
+      if (!next(&v)) return false;
+      o->sustain_ms = atof(v.c_str());
+      if (!(o->sustain_ms >= 0 && o->sustain_ms <= 10000)) {
+        fprintf(stderr, "--sustain-ms: expected 0 to 10000, got %s\n", v.c_str());
+        return false;
+      }
     } else if (a == "--device") {
       if (!next(&v)) return false;
       o->device = atoi(v.c_str());
@@ -222,6 +232,7 @@ int phase_main(const Phase& ph, const Options& o, double deadline, const std::st
   ctx.stream = stream;
   ctx.quick = o.quick;
   ctx.dev = dev;
+  set_sustain_s(o.sustain_ms * 1e-3);
   if (err.empty()) {
     const double t0 = now_s();
     log_msg("start, %.1f s budget", deadline - t0);
@@ -303,6 +314,7 @@ std::string render(const RunState& st) {
   out += "\"date\":" + json_escape(st.date) + ",\"host\":" + json_escape(st.host) + ",\n";
   JsonObject h;
   h.str("version", kHarnessVersion).str("args", st.opt.args).num("budget_s", st.opt.budget_s);
+  h.num("sustain_s", st.opt.sustain_ms * 1e-3);
   h.boolean("quick", st.opt.quick).boolean("forked", st.opt.fork).num("elapsed_s", now_s() - st.t_start);
   h.boolean("complete", st.complete);
   out += "\"harness\":" + h.render() + ",\n";
@@ -603,6 +615,7 @@ int main(int argc, char** argv) {
     usage();
     return 64;
   }
+  set_sustain_s(opt.sustain_ms * 1e-3);  // the plan's predicted times include it
   if (opt.list) return list_plan(opt);
   if (opt.selftest) return cudnn_graph_selftest();
   if (!opt.summarize.empty()) return summarize_file(opt.summarize);

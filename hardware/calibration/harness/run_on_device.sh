@@ -10,6 +10,8 @@
 #   HARNESS_TORCH        1: afterwards, cross-check attention through PyTorch SDPA
 #                        (cuDNN and flash backends) and merge it into the JSON [1]
 #   HARNESS_TORCH_BUDGET_S  budget of that cross-check, PyTorch start-up included [45]
+#   HARNESS_SUSTAIN_MS   run each kernel this long before timing it (the clock under a
+#                        steady load, not a short burst's boost), harness and PyTorch [0]
 #   HARNESS_BUILD_DIR    CMake build folder [/tmp/scaleout-harness-build]
 #   HARNESS_JOBS         parallel build jobs [16]
 # Total wall time is about: build (~30 s with 16 jobs) + HARNESS_BUDGET_S +
@@ -21,6 +23,7 @@ OUT="${OUT:-$HERE/out}"
 BUDGET="${HARNESS_BUDGET_S:-200}"
 TORCH="${HARNESS_TORCH:-1}"
 TORCH_BUDGET="${HARNESS_TORCH_BUDGET_S:-45}"
+SUSTAIN_MS="${HARNESS_SUSTAIN_MS:-0}"
 BUILD="${HARNESS_BUILD_DIR:-/tmp/scaleout-harness-build}"
 JOBS="${HARNESS_JOBS:-16}"
 mkdir -p "$OUT"
@@ -62,7 +65,7 @@ echo "built in ${T_BUILD} s"
 
 export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "== running the harness, budget ${BUDGET} s (log: run.log)"
-"$BUILD/scaleout-harness" --out "$OUT/measurements.json" --budget-s "$BUDGET" "$@" 2>&1 | tee "$OUT/run.log"
+"$BUILD/scaleout-harness" --out "$OUT/measurements.json" --budget-s "$BUDGET" --sustain-ms "$SUSTAIN_MS" "$@" 2>&1 | tee "$OUT/run.log"
 RC=${PIPESTATUS[0]}
 T_RUN=$(( $(date +%s) - T0 - T_BUILD ))
 
@@ -72,7 +75,7 @@ if [ "$TORCH" = "1" ] && [ -f "$OUT/measurements.json" ]; then
   for a in "$@"; do [ "$a" = "--quick" ] && QUICK="--quick"; done
   # The script stops starting configurations at the budget; timeout is the backstop.
   timeout -k 5 $(( TORCH_BUDGET + 30 )) python3 "$HERE/torch_attention.py" --merge "$OUT/measurements.json" \
-    --budget-s "$(( TORCH_BUDGET > 15 ? TORCH_BUDGET - 15 : 5 ))" $QUICK 2>&1 | tee -a "$OUT/run.log" || true
+    --budget-s "$(( TORCH_BUDGET > 15 ? TORCH_BUDGET - 15 : 5 ))" --sustain-ms "$SUSTAIN_MS" $QUICK 2>&1 | tee -a "$OUT/run.log" || true
 fi
 
 echo "== summary (build ${T_BUILD} s, harness ${T_RUN} s, total $(( $(date +%s) - T0 )) s, harness exit ${RC})"

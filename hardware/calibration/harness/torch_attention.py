@@ -10,14 +10,66 @@ is there; the harness does not need it.
 
 Same conventions as the harness: CUDA events, 2 warm-ups, median of up to 10
 repetitions, random inputs, FLOPs 4*b*h*s^2*d forward, 2.5x that backward,
-half of it when causal.
+half of it when causal. --sustain-ms N runs each kernel for N ms first, so the
+clock settles to what the GPU holds under a steady load (as the harness's
+--sustain-ms does), and the SM clock and power are sampled through NVML
+(ctypes, when libnvidia-ml is there) while the repetitions run.
 """
 import argparse
+import ctypes
 import json
 import os
 import statistics
 import sys
+import threading
 import time
+
+SUSTAIN_S = 0.0
+
+
+class ClockSampler:
+    """SM clock (median, MHz) and board power (mean, W) every 2 ms through NVML, if it loads."""
+    _nvml = None
+
+    @classmethod
+    def nvml(cls):
+        if cls._nvml is None:
+            cls._nvml = False
+            try:
+                lib = ctypes.CDLL("libnvidia-ml.so.1")
+                if lib.nvmlInit_v2() == 0:
+                    handle = ctypes.c_void_p()
+                    if lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) == 0:
+                        cls._nvml = (lib, handle)
+            except OSError:
+                pass
+        return cls._nvml
+
+    def __init__(self):
+        self.mhz, self.watts, self.running = [], [], True
+        self.thread = None
+        if self.nvml():
+            self.thread = threading.Thread(target=self.loop, daemon=True)
+            self.thread.start()
+
+    def loop(self):
+        lib, handle = self.nvml()
+        mhz, mw = ctypes.c_uint(), ctypes.c_uint()
+        while self.running:
+            if lib.nvmlDeviceGetClockInfo(handle, 1, ctypes.byref(mhz)) == 0 and \
+                    lib.nvmlDeviceGetPowerUsage(handle, ctypes.byref(mw)) == 0:
+                self.mhz.append(mhz.value)
+                self.watts.append(mw.value * 1e-3)
+            time.sleep(0.002)
+
+    def stop(self):
+        self.running = False
+        if self.thread:
+            self.thread.join()
+        if not self.mhz:
+            return {}
+        return {"sm_clock_mhz": statistics.median(self.mhz), "power_w": statistics.fmean(self.watts),
+                "clock_samples": len(self.mhz)}
 
 CONFIGS = [  # (batch, heads, seq, head_dim), priority order
     (2, 32, 4096, 128),
@@ -49,6 +101,19 @@ def time_cuda(torch, fn, max_reps=10, max_s=0.5):
     stop.synchronize()
     est = start.elapsed_time(stop) * 1e-3
     reps = max(3, min(max_reps, int(max_s / max(est, 1e-6))))
+    extra = {}
+    if SUSTAIN_S > 0:  # run until the clock has settled under a steady load
+        sustained = 0.0
+        while sustained < SUSTAIN_S:
+            n = max(1, int(0.02 / max(est, 1e-6)))
+            start.record()
+            for _ in range(n):
+                fn()
+            stop.record()
+            stop.synchronize()
+            sustained += start.elapsed_time(stop) * 1e-3
+        extra["sustained_s"] = sustained
+    sampler = ClockSampler()
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -57,7 +122,8 @@ def time_cuda(torch, fn, max_reps=10, max_s=0.5):
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(times), min(times), reps
+    extra.update(sampler.stop())
+    return statistics.median(times), min(times), reps, extra
 
 
 def measure(budget_s, quick):
@@ -90,8 +156,8 @@ def measure(budget_s, quick):
                         def fwd():
                             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-                        med, mn, reps = time_cuda(torch, lambda: fwd())
-                        entries.append(dict(base, **{"pass": "fwd", "time_s": med, "min_s": mn, "iters": reps,
+                        med, mn, reps, extra = time_cuda(torch, lambda: fwd())
+                        entries.append(dict(base, **extra, **{"pass": "fwd", "time_s": med, "min_s": mn, "iters": reps,
                                                      "flops": flops(b, h, s, d, causal, False),
                                                      "tflops": flops(b, h, s, d, causal, False) / med / 1e12}))
                         out = fwd()
@@ -99,8 +165,8 @@ def measure(budget_s, quick):
                         def bwd():
                             torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
 
-                        med, mn, reps = time_cuda(torch, bwd)
-                        entries.append(dict(base, **{"pass": "bwd", "time_s": med, "min_s": mn, "iters": reps,
+                        med, mn, reps, extra = time_cuda(torch, bwd)
+                        entries.append(dict(base, **extra, **{"pass": "bwd", "time_s": med, "min_s": mn, "iters": reps,
                                                      "flops": flops(b, h, s, d, causal, True),
                                                      "tflops": flops(b, h, s, d, causal, True) / med / 1e12}))
                         del out
@@ -140,7 +206,11 @@ def main():
     ap.add_argument("--merge", required=True, help="harness output (measurements.json) to append to")
     ap.add_argument("--budget-s", type=float, default=40.0, help="no new configuration starts after this")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--sustain-ms", type=float, default=0.0,
+                    help="run each kernel this long before timing it (the clock under a steady load)")
     args = ap.parse_args()
+    global SUSTAIN_S
+    SUSTAIN_S = max(0.0, args.sustain_ms) * 1e-3
     t0 = time.time()
     entries, version = measure(args.budget_s, args.quick)
     merge(args.merge, entries, version, time.time() - t0)
