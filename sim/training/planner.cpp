@@ -18,6 +18,7 @@ ChunkPlanner::ChunkPlanner(const Tape& tape, const TrainingSpec& training, Shard
     if (rg >= 0) ops_of_region_[rg].push_back(int(i));
   }
   param_grad_alive_.assign(tape_.params.size(), shard_.persistent_grads);
+  for (const ParamRec& p : tape_.params) layer_params_[p.layer] += p.count;
   // Tensors a W pass needs (what the ops with a separate weight gradient saved), and the first op
   // (in tape order; the last in backward order) that needs each.
   weight_needs_.assign(tape_.tensors.size(), false);
@@ -30,11 +31,40 @@ ChunkPlanner::ChunkPlanner(const Tape& tape, const TrainingSpec& training, Shard
       }
 }
 
-double ChunkPlanner::layer_params(int layer) const {
-  double n = 0;
-  for (const ParamRec& p : tape_.params)
-    if (p.layer == layer) n += p.count;
-  return n;
+ChunkPlanner::Pass ChunkPlanner::forward_pass(int mb) {
+  if (!fwd_pass_) {
+    fwd_pass_ = std::make_shared<const std::vector<PlanItem>>(forward(mb));
+    fwd_state_ = mbs_.at(mb);
+    return fwd_pass_;
+  }
+  SCALEOUT_CHECK(!mbs_.count(mb) && !templated_.count(mb), "forward of a micro-batch already in flight");
+  templated_[mb] = true;
+  return fwd_pass_;
+}
+
+ChunkPlanner::Pass ChunkPlanner::backward_pass(int mb, bool last_micro_batch, Pass* weight) {
+  const auto key = std::make_pair(last_micro_batch, weight != nullptr);
+  const auto memo = bwd_memo_.find(key);
+  const auto tmpl = templated_.find(mb);
+  if (memo != bwd_memo_.end() && memo->second.version == grad_version_) {
+    SCALEOUT_CHECK(tmpl != templated_.end() || mbs_.count(mb), "backward of a micro-batch that had no forward");
+    if (tmpl != templated_.end()) templated_.erase(tmpl);
+    else mbs_.erase(mb);
+    if (weight) *weight = memo->second.weight;
+    return memo->second.items;
+  }
+  if (tmpl != templated_.end()) {
+    mbs_[mb] = fwd_state_;
+    templated_.erase(tmpl);
+  }
+  const std::uint64_t before = grad_version_;
+  std::vector<PlanItem> w;
+  Pass items = std::make_shared<const std::vector<PlanItem>>(backward(mb, last_micro_batch, weight ? &w : nullptr));
+  Pass wp = weight ? std::make_shared<const std::vector<PlanItem>>(std::move(w)) : nullptr;
+  // A backward that brought gradients to life plans differently the next time: not kept.
+  if (grad_version_ == before) bwd_memo_[key] = {items, wp, grad_version_};
+  if (weight) *weight = wp;
+  return items;
 }
 
 PlanItem ChunkPlanner::persistent() const {
@@ -222,10 +252,12 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch, std:
         // lives until it is reduce-scattered; the shard stays and accumulates.
         g.allocs.push_back({MemCategory::grads, param_grad_alive_[op.param] ? full - full / shard_.grads : full});
         g.frees.push_back({MemCategory::grads, full - full / shard_.grads});
+        if (!param_grad_alive_[op.param]) ++grad_version_;
         param_grad_alive_[op.param] = true;
         g.grads_done.push_back(op.param);
       } else {
         if (!param_grad_alive_[op.param]) {
+          ++grad_version_;
           param_grad_alive_[op.param] = true;
           g.allocs.push_back({MemCategory::grads, full});
         }

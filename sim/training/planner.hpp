@@ -5,6 +5,7 @@
 // each has its own tensor state; parameters and their gradients are shared.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -45,6 +46,13 @@ class ChunkPlanner {
   ChunkPlanner(const Tape& tape, const TrainingSpec& training, ShardPlan shard);
 
   PlanItem persistent() const;
+  // A pass's items, shared: every micro-batch's forward is the same plan (a fresh tensor state
+  // over the same tape), and so is every backward that leaves the shared gradient state as it
+  // found it; those are planned once and handed out again (`forward_pass`, `backward_pass`).
+  using Pass = std::shared_ptr<const std::vector<PlanItem>>;
+  Pass forward_pass(int mb);
+  Pass backward_pass(int mb, bool last_micro_batch, Pass* weight = nullptr);
+
   std::vector<PlanItem> forward(int mb);
   // With `weight`: the backward pass without the parameters' gradients (B), those going to
   // `weight` as the W pass (zero-bubble schedules), which then runs after the whole B pass.
@@ -54,7 +62,10 @@ class ChunkPlanner {
 
   double trainable_params() const { return trainable_; }
   double frozen_params() const { return frozen_; }
-  double layer_params(int layer) const;
+  double layer_params(int layer) const {
+    const auto it = layer_params_.find(layer);
+    return it == layer_params_.end() ? 0.0 : it->second;
+  }
 
  private:
   struct MbState {
@@ -79,7 +90,21 @@ class ChunkPlanner {
   std::vector<bool> weight_needs_;     // tensors a W pass (zero-bubble) reads
   std::vector<int> last_weight_op_;   // per tensor: the tape's first op whose W pass reads it
   std::vector<bool> param_grad_alive_;
+  std::uint64_t grad_version_ = 0;  // bumped whenever a parameter's gradient comes to life
   std::map<int, MbState> mbs_;
+  std::map<int, double> layer_params_;
+
+  // The memo of forward_pass / backward_pass: the state a forward leaves (for a backward that
+  // must be planned afresh), the micro-batches in flight on it, and the backward plans by
+  // (last micro-batch, split), valid while the gradient state is at the version they were made at.
+  Pass fwd_pass_;
+  MbState fwd_state_;
+  std::map<int, bool> templated_;  // in flight from the memo (no MbState of their own)
+  struct BwdMemo {
+    Pass items, weight;
+    std::uint64_t version = 0;
+  };
+  std::map<std::pair<bool, bool>, BwdMemo> bwd_memo_;
 };
 
 }  // namespace scaleout

@@ -803,11 +803,11 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   std::vector<double> rank_tp(nranks, 0), rank_cp(nranks, 0), rank_ep(nranks, 0);
 
   // Emits a plan item's kernels on a rank; returns its first and last compute tasks.
-  auto emit = [&](int rank, PlanItem item, std::span<const TaskId> first_deps) -> std::pair<TaskId, TaskId> {
+  auto emit = [&](int rank, const PlanItem& item, std::span<const TaskId> first_deps) -> std::pair<TaskId, TaskId> {
     // Tasks point at the kernels: tape kernels stay where they are, an item's own are kept.
     const PlanItem* kept = &item;
     if (!item.own.empty()) {
-      keep_items.push_back(std::move(item));
+      keep_items.push_back(item);
       kept = &keep_items.back();
     }
     const PlanItem& it = *kept;
@@ -894,7 +894,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
       PlanItem p0 = ch.planner->persistent();
       init.allocs.insert(init.allocs.end(), p0.allocs.begin(), p0.allocs.end());
     }
-    emit(r, std::move(init), {});
+    emit(r, init, {});
 
     double bucket = 0;
     TaskId bucket_task = 0;
@@ -959,24 +959,25 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     std::size_t deferred_pass = 0;
     std::vector<int> bwd_done(v, 0);
     const bool zero_bubble = par.schedule == PipelineSchedule::zero_bubble && par.pp > 1;
-    std::map<std::pair<int, int>, std::vector<PlanItem>> weight_passes;  // zero-bubble: (chunk, mb) -> W
+    std::map<std::pair<int, int>, ChunkPlanner::Pass> weight_passes;  // zero-bubble: (chunk, mb) -> W
     merging = !cfg.keep_trace;
     for (const Work& w : order) {
       Chunk& ch = rs.chunks[w.chunk];
       const std::int64_t vs = w.chunk * par.pp + s;
-      std::vector<PlanItem> items;
+      ChunkPlanner::Pass pass_items;
       if (w.weight) {
         auto wp = weight_passes.find({w.chunk, w.mb});
         SCALEOUT_CHECK(wp != weight_passes.end(), "W pass before its backward pass");
-        items = std::move(wp->second);
+        pass_items = std::move(wp->second);
         weight_passes.erase(wp);
-        if (items.empty()) continue;  // nothing in this stage has a separate weight gradient
+        if (!pass_items || pass_items->empty()) continue;  // nothing in this stage has a separate weight gradient
       } else if (w.forward) {
-        items = ch.planner->forward(w.mb);
+        pass_items = ch.planner->forward_pass(w.mb);
       } else {
-        items = ch.planner->backward(w.mb, ++bwd_done[w.chunk] == int(m),
-                                     zero_bubble ? &weight_passes[{w.chunk, w.mb}] : nullptr);
+        pass_items = ch.planner->backward_pass(w.mb, ++bwd_done[w.chunk] == int(m),
+                                               zero_bubble ? &weight_passes[{w.chunk, w.mb}] : nullptr);
       }
+      const std::vector<PlanItem>& items = *pass_items;
       if (w.forward && w.chunk == 0) {
         // Faults on this GPU's host: a slow data loader (first stage) or a one-time stall.
         if (loader_delay[r] > 0 && vs == 0) host_work(r, Time::from_seconds(loader_delay[r]), "data_loader");
@@ -991,7 +992,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
       double gathered_bytes = 0;
       std::vector<TaskId> pending_first;
       std::vector<TaskId> layer_ends;  // where each layer of this pass ends (FSDP's rate limiter)
-      for (auto& item : items) {
+      for (const PlanItem& item : items) {
         // ZeRO-3 / FSDP: gather a layer's parameters before its first op, release them after.
         std::vector<TaskId> first_deps;
         const bool compute_phase = item.phase != Phase::optimizer;
@@ -1043,11 +1044,11 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
           // The pipeline neighbour's activation (forward) or gradient (backward).
           first_deps.insert(first_deps.end(), pending_first.begin(), pending_first.end());
         }
-        std::vector<int> done = item.grads_done;
+        const std::vector<int>& done = item.grads_done;
         const bool is_bwd = item.phase == Phase::backward;
         // The next layer's gather waits for this pass's first kernel: keep it a task of its own.
         seal_after_kernel = gather_params && !started;
-        const auto [a, b] = emit(r, std::move(item), first_deps);
+        const auto [a, b] = emit(r, item, first_deps);
         if (!started) {
           first = a;
           started = true;
@@ -1151,7 +1152,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     for (auto& ch : rs.chunks) {
       if (!par.offload_optimizer) {
         for (auto& item : ch.planner->optimizer()) {
-          const auto [a, b] = emit(r, std::move(item), first_opt ? std::span<const TaskId>(opt_deps) : std::span<const TaskId>());
+          const auto [a, b] = emit(r, item, first_opt ? std::span<const TaskId>(opt_deps) : std::span<const TaskId>());
           if (first_opt) {
             rs.first_optimizer = a;
             rs.has_optimizer = true;

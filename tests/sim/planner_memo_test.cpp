@@ -1,0 +1,107 @@
+// The planner hands out one shared plan for every micro-batch's forward and for every backward
+// that leaves the gradient state as it found it: each must be exactly the plan made afresh.
+#include <catch2/catch.hpp>
+
+#include "models/step_tape.hpp"
+#include "sim/training/planner.hpp"
+#include "tools/io/scenario.hpp"
+
+using namespace scaleout;
+
+namespace {
+
+void same_items(const std::vector<PlanItem>& a, const std::vector<PlanItem>& b) {
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    INFO("item " << i);
+    CHECK(a[i].phase == b[i].phase);
+    CHECK(a[i].from_tape == b[i].from_tape);
+    REQUIRE(a[i].kernels().size() == b[i].kernels().size());
+    if (a[i].from_tape) {
+      CHECK(a[i].kernels().data() == b[i].kernels().data());  // the same tape kernels
+    } else {
+      for (std::size_t k = 0; k < a[i].kernels().size(); ++k) {  // the optimizer's own
+        CHECK(a[i].kernels()[k].name == b[i].kernels()[k].name);
+        CHECK(a[i].kernels()[k].bytes == b[i].kernels()[k].bytes);
+      }
+    }
+    CHECK(a[i].layer == b[i].layer);
+    CHECK(a[i].grads_done == b[i].grads_done);
+    REQUIRE(a[i].allocs.size() == b[i].allocs.size());
+    REQUIRE(a[i].frees.size() == b[i].frees.size());
+    for (std::size_t k = 0; k < a[i].allocs.size(); ++k) {
+      CHECK(a[i].allocs[k].category == b[i].allocs[k].category);
+      CHECK(a[i].allocs[k].bytes == b[i].allocs[k].bytes);
+    }
+    for (std::size_t k = 0; k < a[i].frees.size(); ++k) {
+      CHECK(a[i].frees[k].category == b[i].frees[k].category);
+      CHECK(a[i].frees[k].bytes == b[i].frees[k].bytes);
+    }
+  }
+}
+
+// A 1F1B order over m micro-batches with `ahead` forwards in flight, planned both ways.
+void check_memo(const TrainingSpec& tr, ShardPlan shard, bool split, int m, int ahead) {
+  const TransformerSpec model = load_model("llama-3.2-1b");
+  StageSpec st;
+  st.first_layer = 2;
+  st.layers = 3;
+  const Tape tape = build_step_tape(model, tr, st);
+  ChunkPlanner memo(tape, tr, shard), fresh(tape, tr, shard);
+  int fwd = 0, bwd = 0, hits = 0;
+  ChunkPlanner::Pass seen_fwd;
+  while (bwd < m) {
+    if (fwd < m && fwd - bwd < ahead) {
+      INFO("forward " << fwd);
+      const ChunkPlanner::Pass p = memo.forward_pass(fwd);
+      hits += seen_fwd == p;
+      seen_fwd = p;
+      same_items(*p, fresh.forward(fwd));
+      ++fwd;
+      continue;
+    }
+    INFO("backward " << bwd);
+    const bool last = bwd + 1 == m;
+    ChunkPlanner::Pass wm;
+    std::vector<PlanItem> wf;
+    const ChunkPlanner::Pass p = memo.backward_pass(bwd, last, split ? &wm : nullptr);
+    same_items(*p, fresh.backward(bwd, last, split ? &wf : nullptr));
+    if (split) {
+      REQUIRE(wm);
+      same_items(*wm, wf);
+    }
+    ++bwd;
+  }
+  CHECK(hits == m - 1);  // every forward after the first was the shared plan
+  same_items(memo.optimizer(), fresh.optimizer());
+  const PlanItem za = memo.release_grads(), zb = fresh.release_grads();
+  same_items({za}, {zb});
+}
+
+}  // namespace
+
+TEST_CASE("shared forward and backward plans are exactly the plans made afresh", "[planner]") {
+  TrainingSpec tr;
+  tr.seq_len = 512;
+  tr.micro_batch = 2;
+  tr.precision = *precision_recipe("bf16-mixed");
+  SECTION("eager, no recompute, DDP gradients") { check_memo(tr, {}, false, 6, 3); }
+  SECTION("selective recompute (replayed regions)") {
+    tr.recompute = Recompute::selective;
+    check_memo(tr, {}, false, 5, 2);
+  }
+  SECTION("full recompute, Megatron's fused kernels and persistent grads") {
+    tr.recompute = Recompute::full;
+    tr.precision = *precision_recipe("megatron-bf16");
+    ShardPlan sh;
+    sh.persistent_grads = true;
+    check_memo(tr, sh, false, 5, 4);
+  }
+  SECTION("ZeRO-2 sharded gradients (every backward frees its full gradient)") {
+    ShardPlan sh;
+    sh.grads = 8;
+    sh.optimizer = 8;
+    check_memo(tr, sh, false, 4, 1);
+  }
+  SECTION("zero-bubble: backward split from its weight pass") { check_memo(tr, {}, true, 6, 3); }
+}
