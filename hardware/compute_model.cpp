@@ -59,7 +59,7 @@ GemmPlan ComputeModel::gemm_plan(const GemmShape& g, Dtype d) const {
   const double elem = dtype_bytes(d);
   const auto align = static_cast<std::int64_t>(std::max(1.0, 16.0 / elem));
   const bool aligned = g.n % align == 0 && (g.a_transposed ? g.m : g.k) % align == 0;
-  const double sm_rate = peak_for(gpu_, d) / std::max(1, gpu_.sms) * (aligned ? 1.0 : profile_.gemm_unaligned_efficiency);
+  const double sm_rate = peak_for(gpu_, d) / std::max(1, gpu_.sms) * (aligned ? 1.0 : profile_.unaligned_eff(eff_dtype));
   const double bytes = double(g.batch) * (double(g.m) * double(g.k) + double(g.k) * double(g.n) +
                                           double(g.m) * double(g.n)) * elem;
   const double stream = bytes / (gpu_.hbm_bandwidth.value * profile_.gemm_memory_efficiency);

@@ -45,6 +45,14 @@ struct ComputeProfile {
   // A dimension that is not a multiple of 16 bytes of elements (GPT-2's vocabulary of 50257)
   // takes cuBLAS off its vectorised kernels: the GEMM runs at this fraction of its rate.
   double gemm_unaligned_efficiency = 1.0;
+  // Per dtype where calibrated (0: the one above). How far off its vectorised path an unaligned
+  // GEMM falls depends on how many bytes its loads can still move at once: a row of 4-byte tf32
+  // elements stays 4-byte aligned, one of 2-byte bf16 elements only 2-byte.
+  std::array<double, kDtypeCount> gemm_unaligned_efficiency_by_dtype{};
+  double unaligned_eff(Dtype d) const {
+    const double v = gemm_unaligned_efficiency_by_dtype[static_cast<std::size_t>(d)];
+    return v > 0 ? v : gemm_unaligned_efficiency;
+  }
   // How strictly tiles run in whole waves: 1 = ceil(tiles / SMs) (classic data-parallel
   // kernels), 0 = fractional (stream-K / persistent kernels that balance the last wave).
   double wave_quantization = 1.0;

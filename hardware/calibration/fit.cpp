@@ -200,22 +200,30 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
   }
 
   // Unaligned GEMMs: the ratio of the aligned model's time to the measured time, median over
-  // the fitted unaligned rows.
+  // the fitted unaligned rows: over all of them, and per element size where a dtype has two
+  // rows of its own (what an unaligned row can still load at once depends on its element size).
   {
     ComputeProfile as_aligned = p;
     as_aligned.gemm_unaligned_efficiency = 1.0;
+    as_aligned.gemm_unaligned_efficiency_by_dtype.fill(0.0);
     const ComputeModel am(gpu, as_aligned);
     std::vector<double> ratios;
+    std::array<std::vector<double>, kDtypeCount> by_dtype;
     for (const auto* m : gemm_fit) {
       const auto& g = m->kernel.gemm;
       if (aligned(*m)) continue;
       if (gemm_terms(gpu, p, g, m->kernel.dtype).memory_bound) continue;
       const double pred = am.time(m->kernel).seconds() - p.kernel_latency.seconds();
       const double meas = m->seconds - p.kernel_latency.seconds();
-      if (pred > 0 && meas > 0) ratios.push_back(pred / meas);
+      if (pred > 0 && meas > 0) {
+        ratios.push_back(pred / meas);
+        by_dtype[static_cast<std::size_t>(m->kernel.dtype)].push_back(pred / meas);
+      }
     }
     if (ratios.size() >= 2) p.gemm_unaligned_efficiency = std::clamp(median(ratios), 0.05, 1.0);
     else rep.notes.push_back("fewer than two compute-bound unaligned GEMMs; unaligned efficiency kept");
+    for (std::size_t i = 0; i < kDtypeCount; ++i)
+      p.gemm_unaligned_efficiency_by_dtype[i] = by_dtype[i].size() >= 2 ? std::clamp(median(by_dtype[i]), 0.05, 1.0) : 0.0;
   }
 
   // Flash attention: efficiency per pass, with the sequence half-point chosen on a grid.

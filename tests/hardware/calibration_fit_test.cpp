@@ -94,6 +94,32 @@ TEST_CASE("the fit recovers a known streaming bandwidth and ramp from synthetic 
   CHECK(rep.gemm.worst_rel_error < 0.01);
 }
 
+TEST_CASE("the fit recovers each dtype's unaligned efficiency from synthetic data", "[hardware][calibration]") {
+  // Off the vectorised path an unaligned bf16 GEMM (2-byte loads) loses more than a tf32 one
+  // (4-byte): the fit finds each dtype's own fraction, and the profile reads it back.
+  const GpuSpec gpu = load_gpu("h200");
+  ComputeProfile truth = default_profile(gpu);
+  truth.gemm_unaligned_efficiency_by_dtype[static_cast<std::size_t>(Dtype::bf16)] = 0.2;
+  truth.gemm_unaligned_efficiency_by_dtype[static_cast<std::size_t>(Dtype::tf32)] = 0.45;
+  const ComputeModel cm(gpu, truth);
+  std::vector<KernelMeasurement> rows;
+  for (Dtype d : {Dtype::bf16, Dtype::tf32})
+    for (std::int64_t h : {1024, 2048, 4096, 8192})
+      for (auto [m, n, k] : {std::tuple{std::int64_t(4096), 3 * h, h}, {16384, h, 4 * h}, {8192, 4 * h, h}, {4096, h + 1, h},
+                             {8192, 2 * h, h - 3}, {4096, 4 * h + 1, h}}) {
+        Kernel g;
+        g.kind = KernelKind::gemm;
+        g.dtype = d;
+        g.gemm = GemmShape{m, n, k, 1};
+        rows.push_back({g, cm.time(g).seconds()});
+      }
+  const FitReport rep = fit_profile(gpu, rows, default_profile(gpu));
+  CHECK(rep.profile.unaligned_eff(Dtype::bf16) == Approx(0.2).epsilon(0.03));
+  CHECK(rep.profile.unaligned_eff(Dtype::tf32) == Approx(0.45).epsilon(0.03));
+  CHECK(rep.profile.unaligned_eff(Dtype::fp8) == rep.profile.gemm_unaligned_efficiency);  // none measured: the pooled one
+  CHECK(rep.gemm.worst_rel_error < 0.03);
+}
+
 TEST_CASE("a malformed measurements file is refused with the JSON path", "[hardware][calibration]") {
   const std::string file = "malformed_measurements.json";
   auto write = [&](const char* text) { std::ofstream(file) << text; };

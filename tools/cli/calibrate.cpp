@@ -379,6 +379,12 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
          return kh;
        }()},
       {"gemm_unaligned_efficiency", p.gemm_unaligned_efficiency},
+      {"gemm_unaligned_efficiency_by_dtype", [&] {
+         Json u = Json::object();
+         for (std::size_t i = 0; i < kDtypeCount; ++i)
+           if (p.gemm_unaligned_efficiency_by_dtype[i] > 0) u[std::string(kDtypeNames[i])] = p.gemm_unaligned_efficiency_by_dtype[i];
+         return u;
+       }()},
       {"wave_quantization", p.wave_quantization},
       {"gemm_memory_efficiency", p.gemm_memory_efficiency},
       {"gemm_stream_ramp", slat},

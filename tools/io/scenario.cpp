@@ -235,6 +235,14 @@ ComputeProfile parse_profile(const Json& j, const std::string& file, const std::
   p.wave_quantization = r.number_or("wave_quantization", p.wave_quantization, 0.0, 1.0);
   p.gemm_memory_efficiency = r.number_or("gemm_memory_efficiency", p.gemm_memory_efficiency, 1e-3, 1.0);
   p.gemm_unaligned_efficiency = r.number_or("gemm_unaligned_efficiency", p.gemm_unaligned_efficiency, 1e-3, 1.0);
+  if (r.has("gemm_unaligned_efficiency_by_dtype")) {
+    JsonReader e = r.object("gemm_unaligned_efficiency_by_dtype");
+    for (std::size_t i = 0; i < kDtypeCount; ++i)
+      p.gemm_unaligned_efficiency_by_dtype[i] = e.number_or(std::string(kDtypeNames[i]), 0.0, 1e-3, 1.0);
+    e.finish();
+  } else {
+    r.ignore("gemm_unaligned_efficiency_by_dtype");
+  }
   if (r.has("tiles")) {
     const Json& t = r.raw("tiles");
     if (!t.is_array() || t.empty()) r.fail("tiles", "expected a non-empty array of {m, n, efficiency}");
