@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <tuple>
 
 #include "sim/engine/check.hpp"
 
@@ -744,23 +745,24 @@ struct Planner {
 // Runs the phases one after another; owned by the network while it runs.
 struct Runner {
   FlowNetwork* net = nullptr;
-  std::vector<Phase> phases;
+  std::shared_ptr<const std::vector<Phase>> phases;  // shared by every run of the same spec
   std::size_t next = 0;
   std::size_t outstanding = 0;
   std::function<void()> done;
 
   void start_next() {
-    while (next < phases.size() && phases[next].empty()) ++next;
-    if (next == phases.size()) {
+    const std::size_t n_phases = phases ? phases->size() : 0;
+    while (next < n_phases && (*phases)[next].empty()) ++next;
+    if (next == n_phases) {
       auto d = std::move(done);
       FlowNetwork* n = net;
       n->release(this);  // destroys *this
       if (d) d();
       return;
     }
-    Phase ph = std::move(phases[next++]);
+    const Phase& ph = (*phases)[next++];
     outstanding = ph.size();
-    for (PlannedFlow& f : ph) {
+    for (const PlannedFlow& f : ph) {
       Runner* self = this;
       net->start(f.links, f.bytes, f.latency, [self] {
         if (--self->outstanding == 0) self->start_next();
@@ -933,20 +935,40 @@ CollectiveChoice choose_collective(const Topology& topo, const CollectiveSpec& s
   return best;
 }
 
+namespace {
+// The plans of the collectives run on one network, by spec: a step launches the same collective
+// (group, size, algorithm) over and over, and its plan (checks, group analysis, the algorithm's
+// choice, every flow's route) depends on nothing else.
+struct PlanMemo {
+  using Key = std::tuple<int, std::vector<int>, double, int, int, int, int>;
+  std::map<Key, std::shared_ptr<const std::vector<Phase>>> plans;
+};
+}  // namespace
+
 void run_collective(FlowNetwork& net, const CollectiveSpec& spec, std::function<void()> done) {
   const Topology& topo = net.topology();
-  const auto problem = check_collective(topo, spec);
-  SCALEOUT_CHECK(!problem, "collective: " + problem.value_or(""));
-  const Group g = analyse(topo, spec.ranks);
+  if (!net.memo()) net.memo() = std::make_shared<PlanMemo>();
+  auto& plans = static_cast<PlanMemo*>(net.memo().get())->plans;
+  const PlanMemo::Key key{int(spec.kind), spec.ranks, spec.bytes, spec.algorithm ? int(*spec.algorithm) : -1,
+                          spec.protocol ? int(*spec.protocol) : -1, spec.root, spec.tag};
+  auto found = plans.find(key);
+  if (found == plans.end()) {
+    const auto problem = check_collective(topo, spec);
+    SCALEOUT_CHECK(!problem, "collective: " + problem.value_or(""));
+    const Group g = analyse(topo, spec.ranks);
+    std::vector<Phase> phases;
+    if (g.n > 1 && spec.bytes > 0) {
+      const CollectiveChoice c = choose_collective(topo, spec);
+      Planner p{topo, spec, g, c.algorithm, c.protocol, 1.0, {}};
+      p.plan();
+      phases = std::move(p.phases);
+    }
+    found = plans.emplace(key, std::make_shared<const std::vector<Phase>>(std::move(phases))).first;
+  }
   auto runner = std::make_shared<Runner>();
   runner->net = &net;
   runner->done = std::move(done);
-  if (g.n > 1 && spec.bytes > 0) {
-    const CollectiveChoice c = choose_collective(topo, spec);
-    Planner p{topo, spec, g, c.algorithm, c.protocol, 1.0, {}};
-    p.plan();
-    runner->phases = std::move(p.phases);
-  }
+  runner->phases = found->second;
   Runner* r = runner.get();
   net.hold(std::move(runner));
   // Start from an event so that `done` never runs inside the caller.

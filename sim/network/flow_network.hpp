@@ -57,6 +57,8 @@ class FlowNetwork {
   // Objects that must live as long as their flows (a collective's plan): held until released.
   void hold(std::shared_ptr<void> owner) { held_.push_back(std::move(owner)); }
   void release(const void* owner);
+  // A slot for what the layers above keep per network (the collectives' plans, by spec).
+  std::shared_ptr<void>& memo() { return memo_; }
 
   Simulator& simulator() { return sim_; }
   const Topology& topology() const { return topo_; }
@@ -117,6 +119,7 @@ class FlowNetwork {
   std::size_t active_ = 0;
   std::uint64_t started_ = 0, solves_ = 0;
   std::vector<std::shared_ptr<void>> held_;
+  std::shared_ptr<void> memo_;
 };
 
 }  // namespace scaleout
