@@ -646,12 +646,22 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   };
   // Flow-mode launchers: folded, one group's collective plus its shadows; unfolded, the group's
   // collective once every member's task has started.
-  auto folded_launcher = [&](CollectiveSpec rep_spec, std::vector<CollectiveSpec> extra) -> StreamExecutor::Launcher {
-    return [&, rep_spec = std::move(rep_spec), extra = std::move(extra)](TaskId id) {
-      run_collective(*net, rep_spec, [&ex, id] { ex.finish(id); });
-      for (const CollectiveSpec& sh : extra) run_collective(*net, sh, [] {});
+  struct FoldedLaunch {
+    CollectiveSpec rep;
+    std::vector<CollectiveSpec> extra;
+  };
+  auto launch_folded = [&](std::shared_ptr<const FoldedLaunch> f) -> StreamExecutor::Launcher {
+    return [&, f = std::move(f)](TaskId id) {
+      run_collective(*net, f->rep, [&ex, id] { ex.finish(id); });
+      for (const CollectiveSpec& sh : f->extra) run_collective(*net, sh, [] {});
     };
   };
+  auto folded_launcher = [&](CollectiveSpec rep_spec, std::vector<CollectiveSpec> extra) -> StreamExecutor::Launcher {
+    return launch_folded(std::make_shared<const FoldedLaunch>(FoldedLaunch{std::move(rep_spec), std::move(extra)}));
+  };
+  // A rank launches the same collective (group, kind, size) over and over: its specs and its
+  // shadows' are made once.
+  std::map<std::tuple<int, int, int, double>, std::shared_ptr<const FoldedLaunch>> folded_specs;
   struct Rendezvous {
     std::size_t expected = 0;
     std::vector<TaskId> waiting;
@@ -678,11 +688,15 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     if (group_size(g) <= 1) return add_task(rank, track, dur, deps, k, release);
     if (plain_fold) {
       if (net) {
-        const Coords c = coords_of(rank);
-        std::vector<int> mem = members_of(g, c);
-        std::vector<CollectiveSpec> extra;
-        for (const auto& sh : shadows_of(g, c, mem)) extra.push_back(spec_of(kind, sh, bytes));
-        launch_next = folded_launcher(spec_of(kind, std::move(mem), bytes), std::move(extra));
+        auto& f = folded_specs[{rank, int(g), int(kind), bytes}];
+        if (!f) {
+          const Coords c = coords_of(rank);
+          std::vector<int> mem = members_of(g, c);
+          std::vector<CollectiveSpec> extra;
+          for (const auto& sh : shadows_of(g, c, mem)) extra.push_back(spec_of(kind, sh, bytes));
+          f = std::make_shared<const FoldedLaunch>(FoldedLaunch{spec_of(kind, std::move(mem), bytes), std::move(extra)});
+        }
+        launch_next = launch_folded(f);
       }
       const TaskId id = add_task(rank, track, dur, deps, k, release);
       info[id].comm = label;
