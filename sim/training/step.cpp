@@ -412,6 +412,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   // the shards across the replicas: the closed form times the first over the shard group.
   StepConfig shard_cfg = cfg;
   shard_cfg.parallel.dp = shard_group;
+  const bool hybrid_groups = par.fsdp == FsdpMode::hybrid_shard && par.dp > shard_group;
   const bool regather_in_backward = gather_params && par.fsdp != FsdpMode::shard_grad_op;
   if (par.offload_optimizer) shard.optimizer = 1e30;  // moments live in host memory
   const double gathered_shard_params = shard.params;
@@ -471,19 +472,33 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   // The global GPU rank of a simulated rank (its representative's when folded).
   auto global_rank = [&](int r) { return global_of(coords_of(r)); };
   // The group a simulated rank belongs to, as one integer per group kind.
+  // HYBRID_SHARD splits the data-parallel group in two: the shard group (consecutive data-parallel
+  // ranks inside a node, which gather and reduce-scatter) and the replica group (the same shard
+  // position in every node, which all-reduces the shards). `dp_view` says which of them
+  // CommGroup::dp means while a collective is built (0: the whole group).
+  int dp_view = 0;
+  const std::int64_t sg = std::max<std::int64_t>(1, shard_group);
+  auto dp_member = [&](std::int64_t dp_i, std::int64_t i) {
+    return dp_view == 1 ? dp_i / sg * sg + i : dp_view == 2 ? dp_i % sg + i * sg : i;
+  };
+  // Barriers, occurrence counters and caches key a group kind by this slot (5, 6: the views).
+  auto slot_of = [&](CommGroup g) { return g == CommGroup::dp && dp_view > 0 ? 4 + dp_view : int(g); };
   auto group_id = [&](CommGroup g, int r) -> std::int64_t {
     const auto [tp_i, cp_i, dp_i, s] = coords_of(r);
     const std::int64_t q = q_of(r);
     switch (g) {
       case CommGroup::tp: return (s * par.cp + cp_i) * par.dp + dp_i;
       case CommGroup::cp: return (s * par.tp + tp_i) * par.dp + dp_i;
-      case CommGroup::dp: return s * par.tp * par.cp + tp_i * par.cp + cp_i;
+      case CommGroup::dp:
+        if (dp_view > 0) return (s * par.tp * par.cp + tp_i * par.cp + cp_i) * par.dp + (dp_view == 1 ? dp_i / sg : dp_i % sg);
+        return s * par.tp * par.cp + tp_i * par.cp + cp_i;
       case CommGroup::ep: return ((s * par.tp + tp_i) * par.cp + cp_i) * par.dp + dp_i / std::max<std::int64_t>(1, par.ep);
       case CommGroup::pp: return q;
     }
     return 0;
   };
   auto group_size = [&](CommGroup g) {
+    if (g == CommGroup::dp && dp_view > 0) return dp_view == 1 ? sg : par.dp / sg;
     return g == CommGroup::tp ? par.tp : g == CommGroup::cp ? par.cp : g == CommGroup::dp ? par.dp : g == CommGroup::ep ? par.ep : par.pp;
   };
   // Which collectives meet: unfolded, the members of one group; by class, the groups whose members
@@ -498,13 +513,13 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
       Coords x = c;
       if (g == CommGroup::tp) x.tp = i;
       else if (g == CommGroup::cp) x.cp = i;
-      else if (g == CommGroup::dp) x.dp = i;
+      else if (g == CommGroup::dp) x.dp = dp_member(c.dp, i);
       else if (g == CommGroup::ep) x.dp = c.dp / ep * ep + i;
       else x.s = i;
       reps_in.push_back(rep_of(x.s, x.tp + par.tp * (x.cp + par.cp * x.dp)));
     }
     std::sort(reps_in.begin(), reps_in.end());
-    return group_keys.emplace(std::make_pair(int(g), std::move(reps_in)), std::int64_t(group_keys.size())).first->second;
+    return group_keys.emplace(std::make_pair(slot_of(g), std::move(reps_in)), std::int64_t(group_keys.size())).first->second;
   };
   // Stragglers: on their own simulated rank, or (folded) on their stage's representative, which
   // then stands for the slowest replica of the stage: every collective of the stage waits for it.
@@ -601,7 +616,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
       Coords x = c;
       if (g == CommGroup::tp) x.tp = i;
       else if (g == CommGroup::cp) x.cp = i;
-      else if (g == CommGroup::dp) x.dp = i;
+      else if (g == CommGroup::dp) x.dp = dp_member(c.dp, i);
       else if (g == CommGroup::ep) x.dp = c.dp / ep * ep + i;
       out.push_back(global_of(x));
     }
@@ -620,7 +635,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   };
   std::map<std::pair<int, std::int64_t>, std::vector<std::vector<int>>> shadow_cache;  // (group kind, stage)
   auto shadows_of = [&](CommGroup g, const Coords& c, const std::vector<int>& rep_members) -> const std::vector<std::vector<int>>& {
-    auto key = std::make_pair(int(g), c.s);
+    auto key = std::make_pair(slot_of(g), c.s);
     auto it = shadow_cache.find(key);
     if (it != shadow_cache.end()) return it->second;
     std::vector<std::vector<int>> out;
@@ -675,7 +690,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   constexpr int kBarrier = 5;
   std::map<std::tuple<int, std::int64_t, std::int64_t>, TaskId> barriers;
   std::map<std::pair<int, std::int64_t>, StreamId> barrier_streams;
-  std::vector<std::array<std::int64_t, 5>> occurrences(nranks, std::array<std::int64_t, 5>{});
+  std::vector<std::array<std::int64_t, 7>> occurrences(nranks, std::array<std::int64_t, 7>{});
   struct Arrival {
     int rank;
     std::vector<TaskId> after;
@@ -688,7 +703,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     if (group_size(g) <= 1) return add_task(rank, track, dur, deps, k, release);
     if (plain_fold) {
       if (net) {
-        auto& f = folded_specs[{rank, int(g), int(kind), bytes}];
+        auto& f = folded_specs[{rank, slot_of(g), int(kind), bytes}];
         if (!f) {
           const Coords c = coords_of(rank);
           std::vector<int> mem = members_of(g, c);
@@ -703,12 +718,13 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
       return id;
     }
     const std::int64_t gid = group_key(g, rank);
-    const auto key = std::make_tuple(int(g), gid, occurrences[rank][int(g)]++);
+    const int slot = slot_of(g);
+    const auto key = std::make_tuple(slot, gid, occurrences[rank][slot]++);
     auto it = barriers.find(key);
     TaskId b;
     if (it == barriers.end()) {
-      auto sit = barrier_streams.find({int(g), gid});
-      if (sit == barrier_streams.end()) sit = barrier_streams.emplace(std::make_pair(int(g), gid), ex.add_stream()).first;
+      auto sit = barrier_streams.find({slot, gid});
+      if (sit == barrier_streams.end()) sit = barrier_streams.emplace(std::make_pair(slot, gid), ex.add_stream()).first;
       b = ex.add(sit->second, Time::zero(), {});
       info.resize(b + 1);
       info[b] = {nullptr, rank, std::uint8_t(kBarrier), 0};
@@ -1042,8 +1058,10 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
               if (net) gdeps = {add_task(r, kDpComm, Time::from_seconds(h2d), gdeps, nullptr)};
               else t += h2d;
             }
+            dp_view = hybrid_groups ? 1 : 0;  // HYBRID_SHARD gathers inside its shard group
             layer_gather = sync_task(r, kDpComm, Time::from_seconds(t), gdeps, nullptr, CommGroup::dp, CollectiveKind::all_gather,
                                      lp * dtype_bytes(gather_dtype));
+            dp_view = 0;
             if (q_of(r) == 0) res.dp_comm_total_s += t;
             opens.push(layer_gather, {MemCategory::other, gathered_bytes});
             first_deps.push_back(layer_gather);
@@ -1086,22 +1104,26 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
         // here, issued as the pass ends), every micro-batch as FSDP does without no_sync.
         double bytes = 0;
         for (const ParamRec& prm : ch.tape->params) bytes += prm.count * gdt;
-        double t = collective_time(shard_cfg, CollectiveKind::reduce_scatter, CommGroup::dp, bytes, s);
-        const bool hybrid = par.fsdp == FsdpMode::hybrid_shard && par.dp > shard_group;
-        if (hybrid) {
+        const double t = collective_time(shard_cfg, CollectiveKind::reduce_scatter, CommGroup::dp, bytes, s);
+        dp_view = hybrid_groups ? 1 : 0;
+        const TaskId rs_task = sync_task(r, kDpComm, Time::from_seconds(t), {last}, nullptr, CommGroup::dp,
+                                         CollectiveKind::reduce_scatter, bytes);
+        if (q_of(r) == 0) res.dp_comm_total_s += t;
+        if (hybrid_groups) {
+          // HYBRID_SHARD: the shard group (inside the node) reduce-scatters, then each shard is
+          // all-reduced across the replicas (the same shard position in every node).
           StepConfig inter = cfg;
           inter.parallel.dp = par.dp / shard_group;
           inter.parallel.tp = par.tp * shard_group;
-          t += collective_time(inter, CollectiveKind::all_reduce, CommGroup::dp, bytes / double(shard_group), s);
-          // Two groups (shard inside the node, replicate across): costed in closed form.
-          const TaskId keep = add_task(r, kDpComm, Time::from_seconds(t), {last}, nullptr);
-          info[keep].comm = std::uint8_t(int(CommGroup::dp) + 1);
-          rs.dp_tasks.push_back(keep);
+          const double t2 = collective_time(inter, CollectiveKind::all_reduce, CommGroup::dp, bytes / double(shard_group), s);
+          dp_view = 2;
+          rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(t2), {rs_task}, nullptr, CommGroup::dp,
+                                          CollectiveKind::all_reduce, bytes / double(shard_group)));
+          if (q_of(r) == 0) res.dp_comm_total_s += t2;
         } else {
-          rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(t), {last}, nullptr, CommGroup::dp,
-                                          CollectiveKind::reduce_scatter, bytes));
+          rs.dp_tasks.push_back(rs_task);
         }
-        if (q_of(r) == 0) res.dp_comm_total_s += t;
+        dp_view = 0;
       }
       // ZeRO-2 reduce-scatters each micro-batch's gradients as its backward pass (or its W pass)
       // ends.

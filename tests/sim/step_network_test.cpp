@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "sim/training/step.hpp"
+#include "tools/io/input_error.hpp"
 #include "tools/io/scenario.hpp"
 #include "tools/io/simulate.hpp"
 
@@ -313,4 +314,49 @@ TEST_CASE("FSDP keeps at most two layers gathered, in the compute dtype, with no
   sgo["training"]["global_batch"] = 32;
   const double four = simulate_scenario(parse_scenario(sgo, "test.json")).peak_bytes;
   CHECK(four == Approx(two).epsilon(1e-9));
+}
+
+TEST_CASE("HYBRID_SHARD on the flow network gathers inside the node and all-reduces across", "[network][step][fsdp]") {
+  // Eight A100s in two nodes of four behind one HDR NIC each: the shard group is a node's four
+  // GPUs (gathers and reduce-scatters over NVLink), the replicas are the two nodes (each shard's
+  // all-reduce over the NIC). Gathering over all eight GPUs would put every layer's weights
+  // through the one NIC: the flow step would then be far slower than the closed form.
+  Json j = two_node_plan(1);
+  j["cluster"]["topology"]["gpus_per_node"] = 4;
+  j["parallelism"] = {{"dp", 8}, {"tp", 1}, {"fsdp", "hybrid_shard"}};
+  j["training"]["global_batch"] = 16;
+  const StepResult flow = run(j);
+  j["simulation"] = {{"fold", "off"}};
+  const StepResult full = run(j);
+  CHECK(full.simulated_ranks == 8);
+  CHECK(full.step_time_s == Approx(flow.step_time_s).epsilon(1e-6));
+  CHECK(full.dp_comm_total_s == Approx(flow.dp_comm_total_s).epsilon(1e-6));
+  j["simulation"] = {{"network", "analytic"}};
+  const StepResult analytic = run(j);
+  REQUIRE(analytic.dp_comm_total_s > 0.01);
+  CHECK(flow.dp_comm_total_s == Approx(analytic.dp_comm_total_s).epsilon(0.15));
+  CHECK(flow.step_time_s == Approx(analytic.step_time_s).epsilon(0.05));
+  // FULL_SHARD over the same GPUs does gather across the NIC: its communication is the larger.
+  j["parallelism"]["fsdp"] = "full_shard";
+  j["simulation"] = {{"network", "flow"}};
+  CHECK(run(j).dp_comm_total_s > 1.5 * flow.dp_comm_total_s);
+}
+
+TEST_CASE("HYBRID_SHARD needs dp to be a multiple of the shard group", "[fsdp][input]") {
+  Json j = two_node_plan(1);
+  j["cluster"] = {{"gpu", "a100-80g"}, {"nodes", 3}, {"gpus_per_node", 4}};
+  j["training"]["global_batch"] = 24;
+  j["parallelism"] = {{"dp", 6}, {"tp", 2}, {"fsdp", "hybrid_shard"}};
+  CHECK_NOTHROW(parse_scenario(j, "ok.json"));  // shard group 2 divides 6
+  j["parallelism"] = {{"dp", 12}, {"tp", 1}, {"fsdp", "hybrid_shard"}};
+  j["cluster"]["nodes"] = 3;
+  CHECK_NOTHROW(parse_scenario(j, "ok.json"));
+  j["cluster"] = {{"gpu", "a100-80g"}, {"nodes", 3}, {"gpus_per_node", 8}};
+  j["parallelism"] = {{"dp", 12}, {"pp", 2}, {"fsdp", "hybrid_shard"}};  // a node's 8 do not divide 12
+  try {
+    parse_scenario(j, "bad.json");
+    FAIL("accepted");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("/parallelism/fsdp") != std::string::npos);
+  }
 }

@@ -513,6 +513,13 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
   if (s.model.heads % p.tp != 0)
     r.fail("parallelism/tp", std::to_string(p.tp) + " does not divide heads=" + std::to_string(s.model.heads));
   if (p.dp % p.ep != 0) r.fail("parallelism/ep", std::to_string(p.ep) + " does not divide dp=" + std::to_string(p.dp));
+  if (p.fsdp == "hybrid_shard") {
+    // The shard group is a node's data-parallel ranks; the replicas are the nodes.
+    const std::int64_t shard = std::max<std::int64_t>(1, std::min(p.dp, s.gpus_per_node / std::max<std::int64_t>(1, p.tp * p.cp)));
+    if (p.dp % shard != 0)
+      r.fail("parallelism/fsdp", "hybrid_shard shards over a node's " + std::to_string(shard) +
+                                     " data-parallel ranks, which must divide dp=" + std::to_string(p.dp));
+  }
   if (!p.layers_per_stage.empty()) {
     std::int64_t sum = 0;
     for (std::int64_t x : p.layers_per_stage) sum += x;
