@@ -127,8 +127,15 @@ std::vector<GemmCase> build_plan(bool quick) {
       for (int64_t s : {1024, 2048, 4096, 8192, 16384}) others.push_back({t, nt, s, s, s, "square"});
       for (int64_t h : {2048, 4096, 8192})
         for (int64_t tok : {4096, 16384}) add_layer(others, t, nt, h, tok);
-      others.push_back({t, nt, 1, 4096, 4096, "skinny"});
-      others.push_back({t, nt, 64, 4096, 4096, "skinny"});
+      // The skinny grid of bf16: cuBLASLt runs different kernel families for these per dtype
+      // (GEMV-like for a row or a few, tiled tensor-core kernels from 64 rows).
+      for (int64_t m : {1, 8, 64, 128}) {
+        others.push_back({t, nt, m, 4096, 4096, "skinny"});
+        others.push_back({t, nt, m, 12288, 4096, "skinny"});
+        others.push_back({t, nt, m, 4096, 16384, "skinny"});
+        others.push_back({t, nt, m, 8192, 8192, "skinny"});
+        others.push_back({t, nt, m, 128256, 4096, "skinny"});
+      }
       others.push_back({t, nt, 4096, 16384, 16384, "wgrad_mlp_up"});
       others.push_back({t, nt, 4096, 50257, 4096, "lm_head"});
       others.push_back({t, nt, 1000, 3000, 777, "odd"});
