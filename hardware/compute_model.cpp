@@ -51,6 +51,13 @@ double stream_time(double x, double ramp) {
   return x >= ramp / 2 ? x + ramp / 2 : std::sqrt(2.0 * x * ramp);
 }
 
+double overlap(double tc, double tm, double p) {
+  if (!(p > 0)) return std::max(tc, tm);
+  const double hi = std::max(tc, tm), lo = std::min(tc, tm);
+  if (hi <= 0) return 0;
+  return hi * std::pow(1.0 + std::pow(lo / hi, p), 1.0 / p);
+}
+
 GemmPlan ComputeModel::gemm_plan(const GemmShape& g, Dtype d) const {
   GemmPlan best;
   if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0) return best;
@@ -64,7 +71,8 @@ GemmPlan ComputeModel::gemm_plan(const GemmShape& g, Dtype d) const {
                                           double(g.m) * double(g.n)) * elem;
   const double stream = bytes / (gpu_.hbm_bandwidth.value * profile_.gemm_memory_efficiency);
   const double latency = profile_.kernel_latency.seconds();
-  const double t_mem = latency + stream_time(stream, profile_.gemm_stream_ramp.seconds());
+  const double t_stream = stream_time(stream, profile_.gemm_stream_ramp.seconds());
+  const double p_ov = profile_.gemm_overlap_exponent;
   const double sms = std::max(1, gpu_.sms);
   const double p_wq = profile_.wave_quantization;
   best.time_s = 1e300;
@@ -85,8 +93,9 @@ GemmPlan ComputeModel::gemm_plan(const GemmShape& g, Dtype d) const {
       const double reduction = split > 1 ? double(g.m) * double(g.n) * double(g.batch) * 4.0 * split /
                                                (gpu_.hbm_bandwidth.value * profile_.memory_efficiency)
                                          : 0.0;
-      const double t = latency + work / eff * (1.0 + profile_.k_half(eff_dtype) / k) + reduction;
-      if (std::max(t, t_mem) < best.time_s) best = {std::max(t, t_mem), work, work / k, reduction, stream, t_mem > t};
+      const double tc = work / eff * (1.0 + profile_.k_half(eff_dtype) / k) + reduction;
+      const double t = latency + overlap(tc, t_stream, p_ov);
+      if (t < best.time_s) best = {t, work, work / k, reduction, stream, t_stream > tc, tc, t_stream};
     }
   }
   return best;

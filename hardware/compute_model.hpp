@@ -1,8 +1,9 @@
 #pragma once
 // Kernel times from shapes. A GEMM is cut into output tiles that run in waves over the SMs:
 //   t = latency + waves * (2 * tm * tn * k) / (peak / sms * eff * tile_eff) * (1 + k_half / k),
-// bounded below by streaming its bytes: latency + stream(bytes / (HBM bandwidth * gemm_memory_eff))
-// with the bandwidth ramping up linearly over gemm_stream_ramp (stream_time below);
+// combined with streaming its bytes, stream(bytes / (HBM bandwidth * gemm_memory_eff)) with the
+// bandwidth ramping up linearly over gemm_stream_ramp (stream_time below), as the larger of the two
+// or, calibrated, as the imperfect overlap (tc^p + tm^p)^(1/p) of both;
 // the tile (and split-K for few tiles, where the dtype has it) giving the least time is taken, as
 // cuBLAS's heuristics try to. Memory-bound kernels take bytes over achieved bandwidth plus
 // latency; flash attention its FLOPs over an efficiency of the peak.
@@ -13,19 +14,22 @@
 namespace scaleout {
 
 // How a GEMM runs under the model: its best tile and split, as the calibration fit needs it.
-// time = max(latency + work / efficiency * (1 + k_half / k) + split_reduction,
-//            latency + stream_time(stream, ramp)) for that choice; `work` is the waves' FLOPs over
+// time = latency + overlap(work / efficiency * (1 + k_half / k) + split_reduction,
+//                          stream_time(stream, ramp), gemm_overlap_exponent) for that choice; `work` is the waves' FLOPs over
 // the SMs' peak (efficiency 1), `work_over_k` that over k, `stream` the bytes over the streaming
 // bandwidth.
 struct GemmPlan {
   double time_s = 0;  // the whole kernel, its fixed cost included
   double work_s = 0, work_over_k = 0, split_reduction_s = 0, stream_s = 0;
   bool memory_bound = false;
+  double compute_s = 0, streaming_s = 0;  // tc and tm, the two sides that overlap
 };
 
 // Time to stream what takes x seconds at full rate when the rate ramps linearly from zero to full
 // over `ramp`: x + ramp / 2 once past the ramp (x >= ramp / 2), sqrt(2 x ramp) within it.
 double stream_time(double x, double ramp);
+// Math time tc and streaming time tm together: (tc^p + tm^p)^(1/p), max(tc, tm) for p = 0.
+double overlap(double tc, double tm, double p);
 
 class ComputeModel {
  public:

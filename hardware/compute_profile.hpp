@@ -65,6 +65,11 @@ struct ComputeProfile {
   // bandwidth-bound GEMMs of a calibration; 0 is no ramp (a profile that does not set it).
   double gemm_memory_efficiency = 0.9;
   Time gemm_stream_ramp = Time::zero();
+  // Near the ridge point a GEMM's math and its operand streaming do not overlap perfectly (each
+  // stalls the other's pipeline): past the fixed cost it takes (tc^p + tm^p)^(1/p) for math time
+  // tc and streaming time tm, which is max(tc, tm) far from the ridge and up to 2^(1/p) times it
+  // at the ridge. 0: plain max(tc, tm) (a profile that does not set it). Fitted.
+  double gemm_overlap_exponent = 0;
   // Whether cuBLAS cuts a GEMM's reduction across idle SMs (split-K) for a dtype; a calibration
   // decides per dtype by which of the two fits its measurements better.
   std::array<bool, kDtypeCount> gemm_split_k = all_dtypes_true();

@@ -45,11 +45,20 @@ FitStats held_out_stats(const ComputeModel& cm, const std::vector<const KernelMe
 struct GemmTerms {
   double w = 0, w_over_k = 0, fixed = 0;
   bool memory_bound = false;
+  double tc = 0, tm = 0;  // the plan's math and streaming times
 };
 
 GemmTerms gemm_terms(const GpuSpec& gpu, const ComputeProfile& p, const GemmShape& g, Dtype d) {
   const GemmPlan plan = ComputeModel(gpu, p).gemm_plan(g, d);
-  return {plan.work_s, plan.work_over_k, plan.split_reduction_s, plan.memory_bound};
+  return {plan.work_s, plan.work_over_k, plan.split_reduction_s, plan.memory_bound, plan.compute_s, plan.streaming_s};
+}
+
+// The math time that overlapped with streaming time tm gives `total`: the inverse of overlap();
+// negative when streaming alone takes that long.
+double math_part(double total, double tm, double p) {
+  if (!(p > 0)) return total;
+  if (total <= tm) return -1;
+  return std::pow(std::pow(total, p) - std::pow(tm, p), 1.0 / p);
 }
 
 }  // namespace
@@ -116,8 +125,10 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
       for (const auto* m : gemm_fit) {
         if (m->kernel.dtype != d) continue;
         const GemmTerms g = gemm_terms(gpu, q, m->kernel.gemm, d);
-        const double rest = m->seconds - q.kernel_latency.seconds() - g.fixed;
-        if (g.memory_bound || rest <= 0 || !aligned(*m)) continue;
+        if (g.memory_bound || !aligned(*m)) continue;
+        const double tc = math_part(m->seconds - q.kernel_latency.seconds(), g.tm, q.gemm_overlap_exponent);
+        const double rest = tc - g.fixed;
+        if (tc <= 0 || rest <= 0) continue;
         a.push_back({g.w, g.w_over_k});
         t.push_back(rest);
       }
@@ -153,14 +164,17 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
   // ramp (0 to 20 us by 0.05 us) and the efficiency (0.30 to 1 by 0.0025).
   auto fit_stream = [&](ComputeProfile& q) {
     for (int iter = 0; iter < 3; ++iter) {
-      std::vector<double> full, t;  // bytes over the HBM bandwidth; measured time
+      std::vector<double> full, t, tc;  // bytes over the HBM bandwidth; measured time; math time
       for (const auto* m : gemm_fit) {
         const auto& g = m->kernel.gemm;
-        if (!aligned(*m) || !gemm_terms(gpu, q, g, m->kernel.dtype).memory_bound) continue;
+        if (!aligned(*m)) continue;
+        const GemmTerms terms = gemm_terms(gpu, q, g, m->kernel.dtype);
+        if (!terms.memory_bound) continue;
         const double bytes = double(g.batch) * dtype_bytes(m->kernel.dtype) *
                              (double(g.m) * double(g.k) + double(g.k) * double(g.n) + double(g.m) * double(g.n));
         full.push_back(bytes / gpu.hbm_bandwidth.value);
         t.push_back(m->seconds);
+        tc.push_back(terms.tc);
       }
       if (t.size() < 3) {
         if (iter == 0) rep.notes.push_back("fewer than three bandwidth-bound GEMMs; their bandwidth and ramp kept");
@@ -173,7 +187,7 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
           const double eff = 0.30 + ei * 0.0025;
           double err = 0;
           for (std::size_t i = 0; i < t.size(); ++i)
-            err += std::pow((q.kernel_latency.seconds() + stream_time(full[i] / eff, ramp) - t[i]) / t[i], 2);
+            err += std::pow((q.kernel_latency.seconds() + overlap(tc[i], stream_time(full[i] / eff, ramp), q.gemm_overlap_exponent) - t[i]) / t[i], 2);
           if (err < best) best = err, best_ramp = ramp, best_eff = eff;
         }
       }
@@ -181,23 +195,38 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
       q.gemm_memory_efficiency = best_eff;
     }
   };
-  // Which GEMMs are bandwidth-bound depends on both fits: alternate them.
-  for (int round = 0; round < 3; ++round) {
-    double best_err = 1e300;
-    ComputeProfile best_p = p;
-    for (double wq : {0.0, 0.25, 0.5, 0.75, 1.0}) {
-      ComputeProfile q = p;
-      q.wave_quantization = wq;
-      fit_gemms(q);
-      const double err = fitted_error(q, [](const KernelMeasurement&, Dtype) { return true; }, Dtype::bf16);
-      if (err < best_err) {
-        best_err = err;
-        best_p = q;
+  // Which GEMMs are bandwidth-bound depends on both fits: alternate them. The overlap exponent
+  // is chosen on a grid (0: the plain max) by the error on the fitted rows.
+  auto all_rows = [](const KernelMeasurement&, Dtype) { return true; };
+  const ComputeProfile before_gemms = p;
+  double best_overall = 1e300;
+  ComputeProfile best_overall_p = p;
+  for (double ov : {0.0, 1.5, 2.0, 3.0, 4.0, 6.0}) {
+    ComputeProfile po = before_gemms;
+    po.gemm_overlap_exponent = ov;
+    for (int round = 0; round < 3; ++round) {
+      double best_err = 1e300;
+      ComputeProfile best_p = po;
+      for (double wq : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+        ComputeProfile q = po;
+        q.wave_quantization = wq;
+        fit_gemms(q);
+        const double err = fitted_error(q, all_rows, Dtype::bf16);
+        if (err < best_err) {
+          best_err = err;
+          best_p = q;
+        }
       }
+      po = best_p;
+      fit_stream(po);
     }
-    p = best_p;
-    fit_stream(p);
+    const double err = fitted_error(po, all_rows, Dtype::bf16);
+    if (err < best_overall) {
+      best_overall = err;
+      best_overall_p = po;
+    }
   }
+  p = best_overall_p;
 
   // Unaligned GEMMs: the ratio of the aligned model's time to the measured time, median over
   // the fitted unaligned rows: over all of them, and per element size where a dtype has two

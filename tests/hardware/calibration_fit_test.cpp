@@ -120,6 +120,41 @@ TEST_CASE("the fit recovers each dtype's unaligned efficiency from synthetic dat
   CHECK(rep.gemm.worst_rel_error < 0.03);
 }
 
+TEST_CASE("the fit finds how math and streaming overlap near the ridge point", "[hardware][calibration]") {
+  // Products from GEMV-like to square, timed by a model whose math and streaming overlap as
+  // (tc^3 + tm^3)^(1/3): the fit picks that exponent from its grid and recovers the rest.
+  const GpuSpec gpu = load_gpu("h200");
+  ComputeProfile truth = default_profile(gpu);
+  truth.kernel_latency = Time::from_us(1.5);
+  truth.gemm_memory_efficiency = 0.9;
+  truth.gemm_stream_ramp = Time::from_us(4.0);
+  truth.gemm_overlap_exponent = 3.0;
+  const ComputeModel cm(gpu, truth);
+  std::vector<KernelMeasurement> rows;
+  auto add = [&](std::int64_t m, std::int64_t n, std::int64_t k) {
+    Kernel g;
+    g.kind = KernelKind::gemm;
+    g.gemm = GemmShape{m, n, k, 1};
+    rows.push_back({g, cm.time(g).seconds()});
+  };
+  for (std::int64_t h : {1024, 2048, 4096, 8192})
+    for (std::int64_t t : {2048, 8192, 16384}) add(t, 4 * h, h);
+  for (std::int64_t m : {1, 8, 64, 128, 256, 512})
+    for (auto [n, k] : {std::pair<std::int64_t, std::int64_t>{4096, 4096}, {12288, 4096}, {8192, 8192}, {4096, 16384}}) add(m, n, k);
+  for (double bytes = 1e6; bytes < 1e10; bytes *= 3) {
+    Kernel mk;
+    mk.bytes = bytes;
+    rows.push_back({mk, cm.time(mk).seconds()});
+  }
+  const FitReport rep = fit_profile(gpu, rows, default_profile(gpu));
+  CHECK(rep.profile.gemm_overlap_exponent == 3.0);
+  CHECK(rep.profile.gemm_memory_efficiency == Approx(0.9).margin(0.01));
+  CHECK(rep.gemm.worst_rel_error < 0.02);
+  // The plain max (exponent 0) is what a profile without the key gets.
+  CHECK(overlap(3.0, 1.0, 0.0) == 3.0);
+  CHECK(overlap(2.0, 2.0, 2.0) == Approx(2.0 * std::sqrt(2.0)));
+}
+
 TEST_CASE("a malformed measurements file is refused with the JSON path", "[hardware][calibration]") {
   const std::string file = "malformed_measurements.json";
   auto write = [&](const char* text) { std::ofstream(file) << text; };
