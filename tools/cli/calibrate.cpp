@@ -387,6 +387,7 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
        }()},
       {"wave_quantization", p.wave_quantization},
       {"gemm_memory_efficiency", p.gemm_memory_efficiency},
+      {"gemm_overlap_exponent", p.gemm_overlap_exponent},
       {"gemm_stream_ramp", slat},
       {"gemm_split_k", [&] {
          Json sk = Json::object();
