@@ -191,6 +191,7 @@ struct Timing {
   bool graph = false;
   double first_s = 0;  // duration of the single estimate run (after warm-up)
   double sustained_s = 0;  // device time run before the timed repetitions (sustained timing)
+  bool sustain_skipped = false;  // asked for, but the budget had no room for it
   ClockSample clocks;
 };
 
