@@ -47,16 +47,8 @@ std::int64_t group_stride(const ParallelPlan& p, CommGroup g) {
 
 std::int64_t stage_rank(const ParallelPlan& p, std::int64_t stage) { return stage * group_stride(p, CommGroup::pp); }
 
-GroupShape group_shape(const ParallelPlan& p, CommGroup g, std::int64_t stage) {
-  std::int64_t size = 1;
-  switch (g) {
-    case CommGroup::tp: size = p.tp; break;
-    case CommGroup::cp: size = p.cp; break;
-    case CommGroup::dp: size = p.dp; break;
-    case CommGroup::ep: size = p.ep; break;
-    case CommGroup::pp: size = p.pp; break;
-  }
-  const std::int64_t stride = group_stride(p, g);
+// A group of `size` ranks `stride` apart from the representative of `stage`.
+GroupShape group_shape_of(const ParallelPlan& p, std::int64_t size, std::int64_t stride, std::int64_t stage) {
   const std::int64_t base = stage_rank(p, stage);
   const std::int64_t gpn = std::max<std::int64_t>(1, p.gpus_per_node);
   const std::int64_t last = base + (size - 1) * stride;
@@ -74,6 +66,18 @@ GroupShape group_shape(const ParallelPlan& p, CommGroup g, std::int64_t stage) {
     per_node = std::max<std::int64_t>(per_node, 1);
   }
   return {size, spans, per_node};
+}
+
+GroupShape group_shape(const ParallelPlan& p, CommGroup g, std::int64_t stage) {
+  std::int64_t size = 1;
+  switch (g) {
+    case CommGroup::tp: size = p.tp; break;
+    case CommGroup::cp: size = p.cp; break;
+    case CommGroup::dp: size = p.dp; break;
+    case CommGroup::ep: size = p.ep; break;
+    case CommGroup::pp: size = p.pp; break;
+  }
+  return group_shape_of(p, size, group_stride(p, g), stage);
 }
 
 // The links a transfer crosses: the node's own (NVLink or PCIe), or its NIC share between nodes,
@@ -94,9 +98,15 @@ bool stages_cross_nodes(const ParallelPlan& p, std::int64_t a, std::int64_t b) {
 
 }  // namespace
 
-double collective_time(const StepConfig& cfg, CollectiveKind kind, CommGroup group, double bytes, std::int64_t stage) {
-  const ParallelPlan& p = cfg.parallel;
-  const GroupShape g = group_shape(p, group, stage);
+std::int64_t hybrid_shard_group(const ParallelPlan& p) {
+  if (p.fsdp != FsdpMode::hybrid_shard) return p.dp;
+  // The data-parallel ranks a node holds: those within a node's span at the group's stride.
+  const std::int64_t stride = group_stride(p, CommGroup::dp), gpn = std::max<std::int64_t>(1, p.gpus_per_node);
+  return stride >= gpn ? 1 : std::max<std::int64_t>(1, std::min(p.dp, gpn / stride));
+}
+
+namespace {
+double collective_time_of(const ParallelPlan& p, CollectiveKind kind, const GroupShape& g, double bytes) {
   if (g.size <= 1) return 0;
   if (g.spans_nodes) {
     const LinkParams& l = p.links;
@@ -106,6 +116,18 @@ double collective_time(const StepConfig& cfg, CollectiveKind kind, CommGroup gro
   }
   const LinkChoice link = link_for(p.links, false);
   return collective_seconds(kind, g.size, bytes, std::max(link.bandwidth, 1.0), link.latency_s);
+}
+}  // namespace
+
+double collective_time(const StepConfig& cfg, CollectiveKind kind, CommGroup group, double bytes, std::int64_t stage) {
+  return collective_time_of(cfg.parallel, kind, group_shape(cfg.parallel, group, stage), bytes);
+}
+
+double hybrid_collective_time(const StepConfig& cfg, CollectiveKind kind, bool replicas, double bytes, std::int64_t stage) {
+  const ParallelPlan& p = cfg.parallel;
+  const std::int64_t sg = hybrid_shard_group(p), stride = group_stride(p, CommGroup::dp);
+  const GroupShape g = replicas ? group_shape_of(p, p.dp / sg, stride * sg, stage) : group_shape_of(p, sg, stride, stage);
+  return collective_time_of(p, kind, g, bytes);
 }
 
 namespace {
@@ -203,6 +225,10 @@ class TaskLists {
 std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::vector<double>>& fault_of) {
   const std::int64_t Q = p.tp * p.cp * p.dp, n = p.pp * Q;
   const std::int64_t ep = std::max<std::int64_t>(1, p.ep);
+  // HYBRID_SHARD's shard groups (consecutive data-parallel ranks) and replica groups (the same
+  // shard position in each) are groups of their own.
+  const std::int64_t sg = hybrid_shard_group(p);
+  const bool hybrid = sg < p.dp;
   std::vector<int> colour(static_cast<std::size_t>(n), 0);
   auto renumber = [&](const auto& key_of) {
     std::map<decltype(key_of(0)), int> ids;
@@ -223,7 +249,7 @@ std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::
       std::sort(cs.begin(), cs.end());
       return sig_ids.emplace(std::move(cs), int(sig_ids.size())).first->second;
     };
-    std::vector<std::array<int, 4>> sig(static_cast<std::size_t>(n));
+    std::vector<std::array<int, 6>> sig(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t q = i % Q;
       const std::int64_t tp_i = q % p.tp, cp_i = (q / p.tp) % p.cp, dp_i = q / (p.tp * p.cp);
@@ -245,12 +271,21 @@ std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::
         const int g = signature(i, p.tp * p.cp, size);
         for (std::int64_t j = 0; j < size; ++j) sig[std::size_t(i + j * p.tp * p.cp)][3] = g;
       }
+      if (hybrid && dp_i % sg == 0) {
+        const int g = signature(i, p.tp * p.cp, sg);
+        for (std::int64_t j = 0; j < sg; ++j) sig[std::size_t(i + j * p.tp * p.cp)][4] = g;
+      }
+      if (hybrid && dp_i < sg) {
+        const std::int64_t size = p.dp / sg;
+        const int g = signature(i, p.tp * p.cp * sg, size);
+        for (std::int64_t j = 0; j < size; ++j) sig[std::size_t(i + j * p.tp * p.cp * sg)][5] = g;
+      }
     }
     auto [next, next_count] = renumber([&](std::int64_t i) {
       const std::int64_t s = i / Q, q = i % Q;
       const int succ = colour[std::size_t(((s + 1) % p.pp) * Q + q)], pred = colour[std::size_t(((s + p.pp - 1) % p.pp) * Q + q)];
       const auto& g = sig[std::size_t(i)];
-      return std::array<int, 7>{colour[std::size_t(i)], g[0], g[1], g[2], g[3], succ, pred};
+      return std::array<int, 9>{colour[std::size_t(i)], g[0], g[1], g[2], g[3], g[4], g[5], succ, pred};
     });
     colour = std::move(next);
     if (next_count == count) break;
@@ -397,9 +432,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   // Data-parallel sharding of state.
   const bool fsdp_shards = par.fsdp == FsdpMode::full_shard || par.fsdp == FsdpMode::shard_grad_op ||
                            par.fsdp == FsdpMode::hybrid_shard;
-  std::int64_t shard_group = par.dp;
-  if (par.fsdp == FsdpMode::hybrid_shard)
-    shard_group = std::max<std::int64_t>(1, std::min(par.dp, par.gpus_per_node / std::max<std::int64_t>(1, par.tp * par.cp)));
+  const std::int64_t shard_group = hybrid_shard_group(par);
   ShardPlan shard;
   shard.persistent_grads = tr.precision.master_copy;
   if (par.zero >= 1 || fsdp_shards) shard.optimizer = double(shard_group);
@@ -409,10 +442,12 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     shard.params = double(shard_group);
   const bool gather_params = shard.params > 1;
   // HYBRID_SHARD gathers and reduce-scatters inside its shard group (the node), then all-reduces
-  // the shards across the replicas: the closed form times the first over the shard group.
-  StepConfig shard_cfg = cfg;
-  shard_cfg.parallel.dp = shard_group;
+  // the shards across the replicas: the closed form times each over its own group.
   const bool hybrid_groups = par.fsdp == FsdpMode::hybrid_shard && par.dp > shard_group;
+  auto shard_time = [&](CollectiveKind kind, double bytes, std::int64_t stage) {
+    return hybrid_groups ? hybrid_collective_time(cfg, kind, false, bytes, stage)
+                         : collective_time(cfg, kind, CommGroup::dp, bytes, stage);
+  };
   const bool regather_in_backward = gather_params && par.fsdp != FsdpMode::shard_grad_op;
   if (par.offload_optimizer) shard.optimizer = 1e30;  // moments live in host memory
   const double gathered_shard_params = shard.params;
@@ -1040,7 +1075,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
           gathered_bytes = lp * dtype_bytes(gather_dtype) * (1.0 - (par.offload_params ? 0.0 : 1.0 / shard.params));
           const bool need = w.forward || regather_in_backward;
           if (need && gathered_bytes > 0) {
-            double t = collective_time(shard_cfg, CollectiveKind::all_gather, CommGroup::dp, lp * dtype_bytes(gather_dtype), s);
+            double t = shard_time(CollectiveKind::all_gather, lp * dtype_bytes(gather_dtype), s);
             // FSDP's MixedPrecision casts this rank's fp32 shard to the compute dtype on the
             // all-gather stream before every gather.
             const Dtype stored = tr.precision.param;
@@ -1104,7 +1139,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
         // here, issued as the pass ends), every micro-batch as FSDP does without no_sync.
         double bytes = 0;
         for (const ParamRec& prm : ch.tape->params) bytes += prm.count * gdt;
-        const double t = collective_time(shard_cfg, CollectiveKind::reduce_scatter, CommGroup::dp, bytes, s);
+        const double t = shard_time(CollectiveKind::reduce_scatter, bytes, s);
         dp_view = hybrid_groups ? 1 : 0;
         const TaskId rs_task = sync_task(r, kDpComm, Time::from_seconds(t), {last}, nullptr, CommGroup::dp,
                                          CollectiveKind::reduce_scatter, bytes);
@@ -1112,10 +1147,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
         if (hybrid_groups) {
           // HYBRID_SHARD: the shard group (inside the node) reduce-scatters, then each shard is
           // all-reduced across the replicas (the same shard position in every node).
-          StepConfig inter = cfg;
-          inter.parallel.dp = par.dp / shard_group;
-          inter.parallel.tp = par.tp * shard_group;
-          const double t2 = collective_time(inter, CollectiveKind::all_reduce, CommGroup::dp, bytes / double(shard_group), s);
+          const double t2 = hybrid_collective_time(cfg, CollectiveKind::all_reduce, true, bytes / double(shard_group), s);
           dp_view = 2;
           rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(t2), {rs_task}, nullptr, CommGroup::dp,
                                           CollectiveKind::all_reduce, bytes / double(shard_group)));

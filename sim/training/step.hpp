@@ -23,5 +23,10 @@ std::int64_t simulated_micro_batches(const StepConfig& config);
 
 // Seconds of one collective of `bytes` over `group` for the representative rank of `stage`.
 double collective_time(const StepConfig& config, CollectiveKind kind, CommGroup group, double bytes, std::int64_t stage = 0);
+// HYBRID_SHARD: the data-parallel ranks one node holds at the plan's placement (the shard group;
+// dp for any other strategy), and a collective over the shard group or over the replicas (the
+// same shard position in every node).
+std::int64_t hybrid_shard_group(const ParallelPlan& plan);
+double hybrid_collective_time(const StepConfig& config, CollectiveKind kind, bool replicas, double bytes, std::int64_t stage = 0);
 
 }  // namespace scaleout

@@ -515,8 +515,18 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
     r.fail("parallelism/tp", std::to_string(p.tp) + " does not divide heads=" + std::to_string(s.model.heads));
   if (p.dp % p.ep != 0) r.fail("parallelism/ep", std::to_string(p.ep) + " does not divide dp=" + std::to_string(p.dp));
   if (p.fsdp == "hybrid_shard") {
-    // The shard group is a node's data-parallel ranks; the replicas are the nodes.
-    const std::int64_t shard = std::max<std::int64_t>(1, std::min(p.dp, s.gpus_per_node / std::max<std::int64_t>(1, p.tp * p.cp)));
+    // The shard group is the data-parallel ranks a node holds (at the placement order's stride);
+    // the replicas are the nodes (as sim/training/step.cpp's hybrid_shard_group).
+    std::int64_t stride = 1;
+    for (std::size_t pos = 0;;) {
+      const std::size_t dash = p.order.find('-', pos);
+      const std::string g = p.order.substr(pos, dash == std::string::npos ? std::string::npos : dash - pos);
+      if (g == "dp") break;
+      stride *= g == "tp" ? p.tp : g == "cp" ? p.cp : g == "pp" ? p.pp : 1;
+      if (dash == std::string::npos) break;
+      pos = dash + 1;
+    }
+    const std::int64_t shard = stride >= s.gpus_per_node ? 1 : std::max<std::int64_t>(1, std::min(p.dp, s.gpus_per_node / stride));
     if (p.dp % shard != 0)
       r.fail("parallelism/fsdp", "hybrid_shard shards over a node's " + std::to_string(shard) +
                                      " data-parallel ranks, which must divide dp=" + std::to_string(p.dp));
