@@ -195,13 +195,41 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
       q.gemm_memory_efficiency = best_eff;
     }
   };
+  // Unaligned GEMMs: the ratio of the aligned model's time to the measured time, median over
+  // the fitted unaligned rows: over all of them, and per element size where a dtype has two
+  // rows of its own (what an unaligned row can still load at once depends on its element size).
+  auto fit_unaligned = [&](ComputeProfile& q, bool last) {
+    ComputeProfile as_aligned = q;
+    as_aligned.gemm_unaligned_efficiency = 1.0;
+    as_aligned.gemm_unaligned_efficiency_by_dtype.fill(0.0);
+    const ComputeModel am(gpu, as_aligned);
+    std::vector<double> ratios;
+    std::array<std::vector<double>, kDtypeCount> by_dtype;
+    for (const auto* m : gemm_fit) {
+      const auto& g = m->kernel.gemm;
+      if (aligned(*m)) continue;
+      if (gemm_terms(gpu, q, g, m->kernel.dtype).memory_bound) continue;
+      const double pred = am.time(m->kernel).seconds() - q.kernel_latency.seconds();
+      const double meas = m->seconds - q.kernel_latency.seconds();
+      if (pred > 0 && meas > 0) {
+        ratios.push_back(pred / meas);
+        by_dtype[static_cast<std::size_t>(m->kernel.dtype)].push_back(pred / meas);
+      }
+    }
+    if (ratios.size() >= 2) q.gemm_unaligned_efficiency = std::clamp(median(ratios), 0.05, 1.0);
+    else if (last) rep.notes.push_back("fewer than two compute-bound unaligned GEMMs; unaligned efficiency kept");
+    for (std::size_t i = 0; i < kDtypeCount; ++i)
+      q.gemm_unaligned_efficiency_by_dtype[i] = by_dtype[i].size() >= 2 ? std::clamp(median(by_dtype[i]), 0.05, 1.0) : 0.0;
+  };
   // Which GEMMs are bandwidth-bound depends on both fits: alternate them. The overlap exponent
-  // is chosen on a grid (0: the plain max) by the error on the fitted rows.
+  // is chosen on a grid (0: the plain max) by the error on the fitted rows, each point with
+  // its own unaligned efficiencies (else the unaligned rows, still at the starting profile's, bias the
+  // choice).
   auto all_rows = [](const KernelMeasurement&, Dtype) { return true; };
   const ComputeProfile before_gemms = p;
   double best_overall = 1e300;
   ComputeProfile best_overall_p = p;
-  for (double ov : {0.0, 1.5, 2.0, 3.0, 4.0, 6.0}) {
+  for (double ov : {0.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0}) {
     ComputeProfile po = before_gemms;
     po.gemm_overlap_exponent = ov;
     for (int round = 0; round < 3; ++round) {
@@ -220,6 +248,7 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
       po = best_p;
       fit_stream(po);
     }
+    fit_unaligned(po, false);
     const double err = fitted_error(po, all_rows, Dtype::bf16);
     if (err < best_overall) {
       best_overall = err;
@@ -227,33 +256,7 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
     }
   }
   p = best_overall_p;
-
-  // Unaligned GEMMs: the ratio of the aligned model's time to the measured time, median over
-  // the fitted unaligned rows: over all of them, and per element size where a dtype has two
-  // rows of its own (what an unaligned row can still load at once depends on its element size).
-  {
-    ComputeProfile as_aligned = p;
-    as_aligned.gemm_unaligned_efficiency = 1.0;
-    as_aligned.gemm_unaligned_efficiency_by_dtype.fill(0.0);
-    const ComputeModel am(gpu, as_aligned);
-    std::vector<double> ratios;
-    std::array<std::vector<double>, kDtypeCount> by_dtype;
-    for (const auto* m : gemm_fit) {
-      const auto& g = m->kernel.gemm;
-      if (aligned(*m)) continue;
-      if (gemm_terms(gpu, p, g, m->kernel.dtype).memory_bound) continue;
-      const double pred = am.time(m->kernel).seconds() - p.kernel_latency.seconds();
-      const double meas = m->seconds - p.kernel_latency.seconds();
-      if (pred > 0 && meas > 0) {
-        ratios.push_back(pred / meas);
-        by_dtype[static_cast<std::size_t>(m->kernel.dtype)].push_back(pred / meas);
-      }
-    }
-    if (ratios.size() >= 2) p.gemm_unaligned_efficiency = std::clamp(median(ratios), 0.05, 1.0);
-    else rep.notes.push_back("fewer than two compute-bound unaligned GEMMs; unaligned efficiency kept");
-    for (std::size_t i = 0; i < kDtypeCount; ++i)
-      p.gemm_unaligned_efficiency_by_dtype[i] = by_dtype[i].size() >= 2 ? std::clamp(median(by_dtype[i]), 0.05, 1.0) : 0.0;
-  }
+  fit_unaligned(p, true);
 
   // Flash attention: efficiency per pass, with the sequence half-point chosen on a grid.
   for (bool bwd : {false, true}) {
