@@ -18,6 +18,7 @@
 #include <cmath>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "phases.h"
 
@@ -65,6 +66,13 @@ void add_layer(std::vector<GemmCase>& v, DType t, bool nt, int64_t h, int64_t to
 }
 
 // The plan, in priority order: if the budget runs short the tail is skipped.
+// Skinny (decode-like, bandwidth-bound) products: 1 to 128 rows against five weight shapes.
+void add_skinny(std::vector<GemmCase>& out, DType t, bool nt) {
+  for (int64_t m : {1, 8, 64, 128})
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {12288, 4096}, {4096, 16384}, {8192, 8192}, {128256, 4096}})
+      out.push_back({t, nt, m, n, k, "skinny"});
+}
+
 std::vector<GemmCase> build_plan(bool quick) {
   std::vector<GemmCase> bf16, others;
   const DType B = DType::BF16;
@@ -106,13 +114,7 @@ std::vector<GemmCase> build_plan(bool quick) {
       }
     }
     // Skinny (decode-like) products.
-    for (int64_t m : {1, 8, 64, 128}) {
-      bf16.push_back({B, false, m, 4096, 4096, "skinny"});
-      bf16.push_back({B, false, m, 12288, 4096, "skinny"});
-      bf16.push_back({B, false, m, 4096, 16384, "skinny"});
-      bf16.push_back({B, false, m, 8192, 8192, "skinny"});
-      bf16.push_back({B, false, m, 128256, 4096, "skinny"});
-    }
+    add_skinny(bf16, B, false);
     // Sizes that are not multiples of 8 or 64 (padding / slow-path behaviour).
     const int64_t odd[][3] = {{1000, 3000, 777}, {777, 1000, 3000}, {2047, 2047, 2047}, {4095, 4097, 4093},
                               {8191, 8193, 1023}, {1023, 50257, 1025}, {3001, 3001, 3001}, {127, 4099, 4096}};
@@ -129,13 +131,7 @@ std::vector<GemmCase> build_plan(bool quick) {
         for (int64_t tok : {4096, 16384}) add_layer(others, t, nt, h, tok);
       // The skinny grid of bf16: cuBLASLt runs different kernel families for these per dtype
       // (GEMV-like for a row or a few, tiled tensor-core kernels from 64 rows).
-      for (int64_t m : {1, 8, 64, 128}) {
-        others.push_back({t, nt, m, 4096, 4096, "skinny"});
-        others.push_back({t, nt, m, 12288, 4096, "skinny"});
-        others.push_back({t, nt, m, 4096, 16384, "skinny"});
-        others.push_back({t, nt, m, 8192, 8192, "skinny"});
-        others.push_back({t, nt, m, 128256, 4096, "skinny"});
-      }
+      add_skinny(others, t, nt);
       others.push_back({t, nt, 4096, 16384, 16384, "wgrad_mlp_up"});
       others.push_back({t, nt, 4096, 50257, 4096, "lm_head"});
       others.push_back({t, nt, 1000, 3000, 777, "odd"});
