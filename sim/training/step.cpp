@@ -1502,8 +1502,8 @@ std::int64_t micro_batches_of(const StepConfig& cfg) {
                                        std::max<std::int64_t>(1, cfg.training.micro_batch * cfg.parallel.dp));
 }
 
-// The window w a pipelined step is extrapolated from (w, 2w and 3w micro-batches): past the
-// pipeline's warm-up and a multiple of pp for the interleaved schedule.
+// The first window w a pipelined step is extrapolated from (w, w + pp and w + 2pp micro-batches):
+// past the pipeline's warm-up and a multiple of pp for the interleaved schedule.
 std::int64_t window_of(const StepConfig& cfg) {
   const ParallelPlan& p = cfg.parallel;
   const std::int64_t unit = p.schedule == PipelineSchedule::interleaved ? std::max<std::int64_t>(1, p.pp) : 1;
@@ -1525,9 +1525,11 @@ Windows windows_of(const StepConfig& cfg) {
   // starts the gradient reduction, DDP's no_sync) is the same period, so 2, 3 and 4 micro-batches
   // differ by exactly one of them each. A one-time stall is not periodic.
   if (cfg.parallel.pp == 1 && !stall && m > 6) return {2, 3, 4};
-  // With a pipeline the three windows cost 6w micro-batches: worth it past that.
-  const std::int64_t w = window_of(cfg);
-  if (!stall && m > 6 * w) return {w, 2 * w, 3 * w};
+  // With a pipeline: the first window past the warm-up (w), the others pp micro-batches apart
+  // (a whole period of the interleaved schedule; 1F1B's is one micro-batch). They cost
+  // 3w + 3pp micro-batches: worth it past that.
+  const std::int64_t w = window_of(cfg), d = std::max<std::int64_t>(1, cfg.parallel.pp);
+  if (!stall && m > 3 * w + 3 * d) return {w, w + d, w + 2 * d};
   return {};
 }
 

@@ -187,7 +187,7 @@ TEST_CASE("a data-parallel group with four GPUs in each node uses the four NICs:
   CHECK(analytic.dp_comm_total_s == Approx(four_nics).epsilon(0.05));
 }
 
-TEST_CASE("pipelines with unequal stages extrapolate exactly from two windows", "[parallel][extrapolate]") {
+TEST_CASE("pipelines with unequal stages extrapolate exactly from three windows", "[parallel][extrapolate]") {
   // Llama-3-8B's shape with its 128k vocabulary (embedding on the first stage, LM head on the
   // last), host launch costs, TP 2 with sequence parallelism, ZeRO-1, DP 2 over two nodes: the
   // steady state of each schedule repeats exactly, so two windows give any accumulation.
@@ -214,6 +214,27 @@ TEST_CASE("pipelines with unequal stages extrapolate exactly from two windows", 
       CHECK(fast.host_stall_s == Approx(exact.host_stall_s).epsilon(1e-6).margin(1e-9));
     }
   }
+}
+
+TEST_CASE("an interleaved 64-GPU pipeline extrapolates exactly from windows a period apart", "[parallel][extrapolate]") {
+  // The bench's plan: Llama-3-8B at 8K tokens, TP 4 x PP 8 x DP 2 on eight H100 nodes, two chunks
+  // per stage, 128 micro-batches: windows of 16, 24 and 32 micro-batches (8 apart, the interleaved
+  // schedule's period) give the whole accumulation.
+  Json j = {{"model", "llama-3-8b"},
+            {"cluster", {{"gpu", "h100-sxm"}, {"nodes", 8}, {"gpus_per_node", 8}}},
+            {"training", {{"seq_len", 8192}, {"micro_batch", 1}, {"global_batch", 256}, {"precision", "bf16-mixed"},
+                          {"recompute", "full"}, {"attention", "flash"}}},
+            {"parallelism", {{"dp", 2}, {"tp", 4}, {"pp", 8}, {"pp_schedule", "interleaved"}, {"virtual_stages", 2}}}};
+  const StepConfig c = step_config(parse_scenario(j, "test.json"));
+  REQUIRE(simulated_micro_batches(c) == 32);
+  const StepResult exact = simulate_step_exact(c);
+  const StepResult fast = simulate_step(c);
+  CHECK(fast.extrapolated_from == 32);
+  CHECK(fast.step_time_s == Approx(exact.step_time_s).epsilon(1e-9));
+  CHECK(fast.peak_bytes == Approx(exact.peak_bytes).epsilon(1e-9));
+  CHECK(fast.pipeline_bubble_s == Approx(exact.pipeline_bubble_s).epsilon(1e-6).margin(1e-9));
+  CHECK(fast.tp_comm_s == Approx(exact.tp_comm_s).epsilon(1e-9));
+  CHECK(fast.host_stall_s == Approx(exact.host_stall_s).epsilon(1e-6).margin(1e-9));
 }
 
 TEST_CASE("windows that have not settled fall back to the exact step; peer waits grow with the accumulation", "[parallel][extrapolate]") {
