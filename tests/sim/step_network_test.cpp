@@ -216,20 +216,20 @@ TEST_CASE("pipelines with unequal stages extrapolate exactly from three windows"
   }
 }
 
-TEST_CASE("an interleaved 64-GPU pipeline extrapolates exactly from windows a period apart", "[parallel][extrapolate]") {
+TEST_CASE("an interleaved 64-GPU pipeline extrapolates exactly from its windows", "[parallel][extrapolate]") {
   // The bench's plan: Llama-3-8B at 8K tokens, TP 4 x PP 8 x DP 2 on eight H100 nodes, two chunks
-  // per stage, 128 micro-batches: windows of 16, 24 and 32 micro-batches (8 apart, the interleaved
-  // schedule's period) give the whole accumulation.
+  // per stage, 128 micro-batches: windows of 16, 24 and 48 micro-batches (the second a period of
+  // the interleaved schedule after the first) give the whole accumulation.
   Json j = {{"model", "llama-3-8b"},
             {"cluster", {{"gpu", "h100-sxm"}, {"nodes", 8}, {"gpus_per_node", 8}}},
             {"training", {{"seq_len", 8192}, {"micro_batch", 1}, {"global_batch", 256}, {"precision", "bf16-mixed"},
                           {"recompute", "full"}, {"attention", "flash"}}},
             {"parallelism", {{"dp", 2}, {"tp", 4}, {"pp", 8}, {"pp_schedule", "interleaved"}, {"virtual_stages", 2}}}};
   const StepConfig c = step_config(parse_scenario(j, "test.json"));
-  REQUIRE(simulated_micro_batches(c) == 32);
+  REQUIRE(simulated_micro_batches(c) == 48);
   const StepResult exact = simulate_step_exact(c);
   const StepResult fast = simulate_step(c);
-  CHECK(fast.extrapolated_from == 32);
+  CHECK(fast.extrapolated_from == 48);
   CHECK(fast.step_time_s == Approx(exact.step_time_s).epsilon(1e-9));
   CHECK(fast.peak_bytes == Approx(exact.peak_bytes).epsilon(1e-9));
   CHECK(fast.pipeline_bubble_s == Approx(exact.pipeline_bubble_s).epsilon(1e-6).margin(1e-9));
@@ -373,6 +373,14 @@ TEST_CASE("HYBRID_SHARD needs dp to be a multiple of the shard group", "[fsdp][i
   j["cluster"]["nodes"] = 3;
   CHECK_NOTHROW(parse_scenario(j, "ok.json"));
   j["cluster"] = {{"gpu", "a100-80g"}, {"nodes", 3}, {"gpus_per_node", 8}};
+  j["training"]["global_batch"] = 24;
+  j["parallelism"] = {{"dp", 8}, {"pp", 3}, {"fsdp", "hybrid_shard"}, {"order", "pp-dp-tp-cp"}};
+  try {  // dp 3 apart: a shard group {6, 9} would straddle two nodes
+    parse_scenario(j, "bad.json");
+    FAIL("accepted");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("straddle") != std::string::npos);
+  }
   j["parallelism"] = {{"dp", 12}, {"pp", 2}, {"fsdp", "hybrid_shard"}};  // a node's 8 do not divide 12
   try {
     parse_scenario(j, "bad.json");

@@ -526,6 +526,10 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
       if (dash == std::string::npos) break;
       pos = dash + 1;
     }
+    if (stride < s.gpus_per_node && s.gpus_per_node % stride != 0)
+      r.fail("parallelism/fsdp", "hybrid_shard needs the groups placed before dp in \"" + p.order + "\" (" + std::to_string(stride) +
+                                     " GPUs) to divide a node's " + std::to_string(s.gpus_per_node) +
+                                     " GPUs, else its shard groups straddle nodes");
     const std::int64_t shard = stride >= s.gpus_per_node ? 1 : std::max<std::int64_t>(1, std::min(p.dp, s.gpus_per_node / stride));
     if (p.dp % shard != 0)
       r.fail("parallelism/fsdp", "hybrid_shard shards over a node's " + std::to_string(shard) +
