@@ -46,7 +46,7 @@ bool exe_is_this_program() {
     const char* path = std::strchr(line, '/');
     if (path) {
       std::string p(path);
-      while (!p.empty() && (p.back() == '\n' || p.back() == ' ')) p.pop_back();
+      while (!p.empty() && p.back() == '\n') p.pop_back();
       same = p == exe;
     }
     break;
