@@ -7,8 +7,8 @@
 
 namespace scaleout {
 
-ChunkPlanner::ChunkPlanner(const Tape& tape, const TrainingSpec& training, ShardPlan shard)
-    : tape_(tape), tr_(training), shard_(shard) {
+ChunkPlanner::ChunkPlanner(const Tape& tape, const TrainingSpec& training, ShardPlan shard, std::shared_ptr<Book> book)
+    : tape_(tape), tr_(training), shard_(shard), book_(book ? std::move(book) : std::make_shared<Book>()) {
   for (const ParamRec& p : tape_.params) (p.trainable ? trainable_ : frozen_) += p.count;
   first_op_of_region_.assign(tape_.regions, -1);
   ops_of_region_.assign(tape_.regions, {});
@@ -32,37 +32,37 @@ ChunkPlanner::ChunkPlanner(const Tape& tape, const TrainingSpec& training, Shard
 }
 
 ChunkPlanner::Pass ChunkPlanner::forward_pass(int mb) {
-  if (!fwd_pass_) {
-    fwd_pass_ = std::make_shared<const std::vector<PlanItem>>(forward(mb));
-    fwd_state_ = mbs_.at(mb);
-    return fwd_pass_;
+  if (!book_->fwd) {
+    book_->fwd = std::make_shared<const std::vector<PlanItem>>(forward(mb));
+    book_->fwd_state = mbs_.at(mb);
+    return book_->fwd;
   }
   SCALEOUT_CHECK(!mbs_.count(mb) && !templated_.count(mb), "forward of a micro-batch already in flight");
   templated_[mb] = true;
-  return fwd_pass_;
+  return book_->fwd;
 }
 
 ChunkPlanner::Pass ChunkPlanner::backward_pass(int mb, bool last_micro_batch, Pass* weight) {
-  const auto key = std::make_pair(last_micro_batch, weight != nullptr);
-  const auto memo = bwd_memo_.find(key);
+  auto key = std::make_tuple(last_micro_batch, weight != nullptr, param_grad_alive_);
   const auto tmpl = templated_.find(mb);
-  if (memo != bwd_memo_.end() && memo->second.version == grad_version_) {
+  const auto found = book_->bwd.find(key);
+  if (found != book_->bwd.end()) {
     SCALEOUT_CHECK(tmpl != templated_.end() || mbs_.count(mb), "backward of a micro-batch that had no forward");
     if (tmpl != templated_.end()) templated_.erase(tmpl);
     else mbs_.erase(mb);
-    if (weight) *weight = memo->second.weight;
-    return memo->second.items;
+    param_grad_alive_ = found->second.grads_after;
+    if (weight) *weight = found->second.weight;
+    return found->second.items;
   }
   if (tmpl != templated_.end()) {
-    mbs_[mb] = fwd_state_;
+    SCALEOUT_CHECK(bool(book_->fwd), "a templated micro-batch without the book's forward");
+    mbs_[mb] = book_->fwd_state;
     templated_.erase(tmpl);
   }
-  const std::uint64_t before = grad_version_;
   std::vector<PlanItem> w;
   Pass items = std::make_shared<const std::vector<PlanItem>>(backward(mb, last_micro_batch, weight ? &w : nullptr));
   Pass wp = weight ? std::make_shared<const std::vector<PlanItem>>(std::move(w)) : nullptr;
-  // A backward that brought gradients to life plans differently the next time: not kept.
-  if (grad_version_ == before) bwd_memo_[key] = {items, wp, grad_version_};
+  book_->bwd.emplace(std::move(key), Book::Bwd{items, wp, param_grad_alive_});
   if (weight) *weight = wp;
   return items;
 }
@@ -252,12 +252,10 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch, std:
         // lives until it is reduce-scattered; the shard stays and accumulates.
         g.allocs.push_back({MemCategory::grads, param_grad_alive_[op.param] ? full - full / shard_.grads : full});
         g.frees.push_back({MemCategory::grads, full - full / shard_.grads});
-        if (!param_grad_alive_[op.param]) ++grad_version_;
         param_grad_alive_[op.param] = true;
         g.grads_done.push_back(op.param);
       } else {
         if (!param_grad_alive_[op.param]) {
-          ++grad_version_;
           param_grad_alive_[op.param] = true;
           g.allocs.push_back({MemCategory::grads, full});
         }

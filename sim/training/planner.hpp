@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "models/tape.hpp"
@@ -43,12 +44,16 @@ struct ShardPlan {
 
 class ChunkPlanner {
  public:
-  ChunkPlanner(const Tape& tape, const TrainingSpec& training, ShardPlan shard);
+  // Plans shared by planners of the same tape, training and sharding (every rank of a stage):
+  // what one planned, the others hand out again.
+  struct Book;
+  ChunkPlanner(const Tape& tape, const TrainingSpec& training, ShardPlan shard, std::shared_ptr<Book> book = nullptr);
 
   PlanItem persistent() const;
   // A pass's items, shared: every micro-batch's forward is the same plan (a fresh tensor state
-  // over the same tape), and so is every backward that leaves the shared gradient state as it
-  // found it; those are planned once and handed out again (`forward_pass`, `backward_pass`).
+  // over the same tape), and a backward's depends only on that state, on which parameters already
+  // have a gradient, on whether it is the last micro-batch and on the zero-bubble split; each is
+  // planned once per Book and handed out again (`forward_pass`, `backward_pass`).
   using Pass = std::shared_ptr<const std::vector<PlanItem>>;
   Pass forward_pass(int mb);
   Pass backward_pass(int mb, bool last_micro_batch, Pass* weight = nullptr);
@@ -90,21 +95,24 @@ class ChunkPlanner {
   std::vector<bool> weight_needs_;     // tensors a W pass (zero-bubble) reads
   std::vector<int> last_weight_op_;   // per tensor: the tape's first op whose W pass reads it
   std::vector<bool> param_grad_alive_;
-  std::uint64_t grad_version_ = 0;  // bumped whenever a parameter's gradient comes to life
   std::map<int, MbState> mbs_;
   std::map<int, double> layer_params_;
+  std::shared_ptr<Book> book_;
+  std::map<int, bool> templated_;  // in flight from the book's forward (no MbState of their own)
 
-  // The memo of forward_pass / backward_pass: the state a forward leaves (for a backward that
-  // must be planned afresh), the micro-batches in flight on it, and the backward plans by
-  // (last micro-batch, split), valid while the gradient state is at the version they were made at.
-  Pass fwd_pass_;
-  MbState fwd_state_;
-  std::map<int, bool> templated_;  // in flight from the memo (no MbState of their own)
-  struct BwdMemo {
-    Pass items, weight;
-    std::uint64_t version = 0;
+ public:
+  // The memo of forward_pass / backward_pass: the forward plan and the state it leaves (for a
+  // backward that must be planned afresh), and the backward plans by (last micro-batch, split,
+  // which parameters had a gradient before), with the gradient state each leaves.
+  struct Book {
+    Pass fwd;
+    MbState fwd_state;
+    struct Bwd {
+      Pass items, weight;
+      std::vector<bool> grads_after;
+    };
+    std::map<std::tuple<bool, bool, std::vector<bool>>, Bwd> bwd;
   };
-  std::map<std::pair<bool, bool>, BwdMemo> bwd_memo_;
 };
 
 }  // namespace scaleout

@@ -795,6 +795,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     return id;
   };
 
+  std::map<const Tape*, std::shared_ptr<ChunkPlanner::Book>> books;
   // Build each stage's chunks.
   for (int rr = 0; rr < nranks; ++rr) {
     const std::int64_t s = stage_of(rr);
@@ -834,7 +835,12 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
       ch.tape = &pos->second;
       rs.chunks.push_back(std::move(ch));
     }
-    for (auto& ch : rs.chunks) ch.planner = std::make_unique<ChunkPlanner>(*ch.tape, tr, shard);
+    for (auto& ch : rs.chunks) {
+      // Every rank of a (virtual) stage plans the same passes: one book of plans per tape.
+      auto& book = books[ch.tape];
+      if (!book) book = std::make_shared<ChunkPlanner::Book>();
+      ch.planner = std::make_unique<ChunkPlanner>(*ch.tape, tr, shard, book);
+    }
   }
 
   // Memory effects hang on tasks: allocations when a task starts, frees when it ends.

@@ -47,35 +47,41 @@ void check_memo(const TrainingSpec& tr, ShardPlan shard, bool split, int m, int 
   st.first_layer = 2;
   st.layers = 3;
   const Tape tape = build_step_tape(model, tr, st);
-  ChunkPlanner memo(tape, tr, shard), fresh(tape, tr, shard);
-  int fwd = 0, bwd = 0, hits = 0;
-  ChunkPlanner::Pass seen_fwd;
-  while (bwd < m) {
-    if (fwd < m && fwd - bwd < ahead) {
-      INFO("forward " << fwd);
-      const ChunkPlanner::Pass p = memo.forward_pass(fwd);
-      hits += seen_fwd == p;
-      seen_fwd = p;
-      same_items(*p, fresh.forward(fwd));
-      ++fwd;
-      continue;
+  // Two planners sharing one book (two ranks of a stage): the second hands out what the first
+  // planned, the first what it planned itself for earlier micro-batches.
+  auto book = std::make_shared<ChunkPlanner::Book>();
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    ChunkPlanner memo(tape, tr, shard, book), fresh(tape, tr, shard);
+    int fwd = 0, bwd = 0, hits = 0;
+    ChunkPlanner::Pass seen_fwd;
+    while (bwd < m) {
+      if (fwd < m && fwd - bwd < ahead) {
+        INFO("forward " << fwd);
+        const ChunkPlanner::Pass p = memo.forward_pass(fwd);
+        hits += seen_fwd == p;
+        seen_fwd = p;
+        same_items(*p, fresh.forward(fwd));
+        ++fwd;
+        continue;
+      }
+      INFO("backward " << bwd);
+      const bool last = bwd + 1 == m;
+      ChunkPlanner::Pass wm;
+      std::vector<PlanItem> wf;
+      const ChunkPlanner::Pass p = memo.backward_pass(bwd, last, split ? &wm : nullptr);
+      same_items(*p, fresh.backward(bwd, last, split ? &wf : nullptr));
+      if (split) {
+        REQUIRE(wm);
+        same_items(*wm, wf);
+      }
+      ++bwd;
     }
-    INFO("backward " << bwd);
-    const bool last = bwd + 1 == m;
-    ChunkPlanner::Pass wm;
-    std::vector<PlanItem> wf;
-    const ChunkPlanner::Pass p = memo.backward_pass(bwd, last, split ? &wm : nullptr);
-    same_items(*p, fresh.backward(bwd, last, split ? &wf : nullptr));
-    if (split) {
-      REQUIRE(wm);
-      same_items(*wm, wf);
-    }
-    ++bwd;
+    CHECK(hits == m - 1);  // every forward after the first was the shared plan
+    same_items(memo.optimizer(), fresh.optimizer());
+    const PlanItem za = memo.release_grads(), zb = fresh.release_grads();
+    same_items({za}, {zb});
   }
-  CHECK(hits == m - 1);  // every forward after the first was the shared plan
-  same_items(memo.optimizer(), fresh.optimizer());
-  const PlanItem za = memo.release_grads(), zb = fresh.release_grads();
-  same_items({za}, {zb});
 }
 
 }  // namespace
