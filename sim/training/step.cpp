@@ -98,6 +98,8 @@ bool stages_cross_nodes(const ParallelPlan& p, std::int64_t a, std::int64_t b) {
 
 }  // namespace
 
+std::int64_t placement_stride(const ParallelPlan& p, CommGroup g) { return group_stride(p, g); }
+
 std::int64_t hybrid_shard_group(const ParallelPlan& p) {
   if (p.fsdp != FsdpMode::hybrid_shard) return p.dp;
   // The data-parallel ranks a node holds: those within a node's span at the group's stride.
@@ -512,7 +514,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   // position in every node, which all-reduces the shards). `dp_view` says which of them
   // CommGroup::dp means while a collective is built (0: the whole group).
   int dp_view = 0;
-  const std::int64_t sg = std::max<std::int64_t>(1, shard_group);
+  const std::int64_t sg = shard_group;  // at least 1
   auto dp_member = [&](std::int64_t dp_i, std::int64_t i) {
     return dp_view == 1 ? dp_i / sg * sg + i : dp_view == 2 ? dp_i % sg + i * sg : i;
   };

@@ -27,6 +27,8 @@ double collective_time(const StepConfig& config, CollectiveKind kind, CommGroup 
 // dp for any other strategy), and a collective over the shard group or over the replicas (the
 // same shard position in every node).
 std::int64_t hybrid_shard_group(const ParallelPlan& plan);
+// How far apart (in global ranks) the members of a group sit under the plan's placement order.
+std::int64_t placement_stride(const ParallelPlan& plan, CommGroup group);
 double hybrid_collective_time(const StepConfig& config, CollectiveKind kind, bool replicas, double bytes, std::int64_t stage = 0);
 
 }  // namespace scaleout

@@ -1,5 +1,6 @@
 #include "tools/io/scenario.hpp"
 
+#include "sim/training/step.hpp"
 #include "tools/io/cluster.hpp"
 
 #include <algorithm>
@@ -516,21 +517,18 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
   if (p.dp % p.ep != 0) r.fail("parallelism/ep", std::to_string(p.ep) + " does not divide dp=" + std::to_string(p.dp));
   if (p.fsdp == "hybrid_shard") {
     // The shard group is the data-parallel ranks a node holds (at the placement order's stride);
-    // the replicas are the nodes (as sim/training/step.cpp's hybrid_shard_group).
-    std::int64_t stride = 1;
-    for (std::size_t pos = 0;;) {
-      const std::size_t dash = p.order.find('-', pos);
-      const std::string g = p.order.substr(pos, dash == std::string::npos ? std::string::npos : dash - pos);
-      if (g == "dp") break;
-      stride *= g == "tp" ? p.tp : g == "cp" ? p.cp : g == "pp" ? p.pp : 1;
-      if (dash == std::string::npos) break;
-      pos = dash + 1;
-    }
+    // the replicas are the nodes: the step's own placement and shard group.
+    ParallelPlan plan;
+    plan.tp = p.tp, plan.cp = p.cp, plan.dp = p.dp, plan.pp = p.pp;
+    plan.order = p.order;
+    plan.gpus_per_node = s.gpus_per_node;
+    plan.fsdp = FsdpMode::hybrid_shard;
+    const std::int64_t stride = placement_stride(plan, CommGroup::dp);
     if (stride < s.gpus_per_node && s.gpus_per_node % stride != 0)
       r.fail("parallelism/fsdp", "hybrid_shard needs the groups placed before dp in \"" + p.order + "\" (" + std::to_string(stride) +
                                      " GPUs) to divide a node's " + std::to_string(s.gpus_per_node) +
                                      " GPUs, else its shard groups straddle nodes");
-    const std::int64_t shard = stride >= s.gpus_per_node ? 1 : std::max<std::int64_t>(1, std::min(p.dp, s.gpus_per_node / stride));
+    const std::int64_t shard = hybrid_shard_group(plan);
     if (p.dp % shard != 0)
       r.fail("parallelism/fsdp", "hybrid_shard shards over a node's " + std::to_string(shard) +
                                      " data-parallel ranks, which must divide dp=" + std::to_string(p.dp));
