@@ -748,9 +748,16 @@ struct Runner {
   std::shared_ptr<const std::vector<Phase>> phases;  // shared by every run of the same spec
   std::size_t next = 0;
   std::size_t outstanding = 0;
+  bool started = false;
+  std::vector<FlowId> flows;  // the current phase's, in the phase's order
   std::function<void()> done;
 
+  void flow_done() {
+    if (--outstanding == 0) start_next();
+  }
+
   void start_next() {
+    started = true;
     const std::size_t n_phases = phases ? phases->size() : 0;
     while (next < n_phases && (*phases)[next].empty()) ++next;
     if (next == n_phases) {
@@ -762,14 +769,26 @@ struct Runner {
     }
     const Phase& ph = (*phases)[next++];
     outstanding = ph.size();
+    flows.clear();
     for (const PlannedFlow& f : ph) {
       Runner* self = this;
-      net->start(f.links, f.bytes, f.latency, [self] {
-        if (--self->outstanding == 0) self->start_next();
-      }, f.cap);
+      flows.push_back(net->start(f.links, f.bytes, f.latency, [self] { self->flow_done(); }, f.cap));
     }
   }
 };
+
+// Starts a run of `phases` from an event at the current time (so that `done` never runs inside
+// the caller).
+Runner* launch(FlowNetwork& net, std::shared_ptr<const std::vector<Phase>> phases, std::function<void()> done) {
+  auto runner = std::make_shared<Runner>();
+  runner->net = &net;
+  runner->done = std::move(done);
+  runner->phases = std::move(phases);
+  Runner* r = runner.get();
+  net.hold(std::move(runner));
+  net.simulator().schedule_in(Time::zero(), [r] { r->start_next(); });
+  return r;
+}
 
 std::string lower(std::string_view s) {
   std::string out;
@@ -935,44 +954,172 @@ CollectiveChoice choose_collective(const Topology& topo, const CollectiveSpec& s
   return best;
 }
 
+// Collectives launched together: their plans, every link they use, and (once needed) how they
+// run alone.
+struct CollectiveBatch {
+  std::vector<std::shared_ptr<const std::vector<Phase>>> plans;
+  std::vector<LinkId> links;  // sorted, once each
+  mutable bool timed = false;
+  mutable Time first_end, busy_until;  // alone, from the start: the first one's end, the last byte sent
+};
+
 namespace {
 // The plans of the collectives run on one network, by spec: a step launches the same collective
 // (group, size, algorithm) over and over, and its plan (checks, group analysis, the algorithm's
-// choice, every flow's route) depends on nothing else.
+// choice, every flow's route) depends on nothing else. And a network of its own, idle between
+// uses, where batches run alone.
 struct PlanMemo {
   using Key = std::tuple<int, std::vector<int>, double, int, int, int, int>;
-  std::map<Key, std::shared_ptr<const std::vector<Phase>>> plans;
+  std::map<Key, std::shared_ptr<const CollectiveBatch>> plans;  // a batch of the one spec
+  std::unique_ptr<Simulator> alone_sim;
+  std::unique_ptr<FlowNetwork> alone_net;
 };
-}  // namespace
 
-void run_collective(FlowNetwork& net, const CollectiveSpec& spec, std::function<void()> done) {
-  const Topology& topo = net.topology();
+PlanMemo& memo_of(FlowNetwork& net) {
   if (!net.memo()) net.memo() = std::make_shared<PlanMemo>();
-  auto& plans = static_cast<PlanMemo*>(net.memo().get())->plans;
+  return *static_cast<PlanMemo*>(net.memo().get());
+}
+
+FlowNetwork& alone_network(FlowNetwork& net) {
+  PlanMemo& m = memo_of(net);
+  if (!m.alone_net) {
+    m.alone_sim = std::make_unique<Simulator>();
+    m.alone_net = std::make_unique<FlowNetwork>(*m.alone_sim, net.topology());
+  }
+  return *m.alone_net;
+}
+
+std::shared_ptr<const std::vector<Phase>> plan_of(const Topology& topo, const CollectiveSpec& spec) {
+  const auto problem = check_collective(topo, spec);
+  SCALEOUT_CHECK(!problem, "collective: " + problem.value_or(""));
+  const Group g = analyse(topo, spec.ranks);
+  std::vector<Phase> phases;
+  if (g.n > 1 && spec.bytes > 0) {
+    const CollectiveChoice c = choose_collective(topo, spec);
+    Planner p{topo, spec, g, c.algorithm, c.protocol, 1.0, {}};
+    p.plan();
+    phases = std::move(p.phases);
+  }
+  return std::make_shared<const std::vector<Phase>>(std::move(phases));
+}
+
+std::shared_ptr<CollectiveBatch> batch_of(std::vector<std::shared_ptr<const std::vector<Phase>>> plans) {
+  auto b = std::make_shared<CollectiveBatch>();
+  for (const auto& p : plans)
+    for (const Phase& ph : *p)
+      for (const PlannedFlow& f : ph) b->links.insert(b->links.end(), f.links.begin(), f.links.end());
+  std::sort(b->links.begin(), b->links.end());
+  b->links.erase(std::unique(b->links.begin(), b->links.end()), b->links.end());
+  b->plans = std::move(plans);
+  return b;
+}
+
+// The batch alone on the private network, from its current time.
+void time_alone(FlowNetwork& net, const CollectiveBatch& b) {
+  FlowNetwork& alone = alone_network(net);
+  Simulator& sim = alone.simulator();
+  const Time origin = sim.now();
+  Time first_end = origin;
+  for (std::size_t i = 0; i < b.plans.size(); ++i)
+    launch(alone, b.plans[i], i == 0 ? std::function<void()>([&] { first_end = sim.now(); }) : nullptr);
+  sim.run();
+  b.first_end = first_end - origin;
+  b.busy_until = max(alone.last_drained(), origin) - origin;
+  b.timed = true;
+}
+
+// A batch run apart while its links stay its own: one event for its first collective's end.
+struct AloneRun {
+  std::shared_ptr<const CollectiveBatch> batch;
+  Time start;
+  std::function<void()> done;
+  EventId event = 0;
+  bool fired = false;
+};
+
+// A flow came onto the links of a batch run apart: replay the batch alone up to just before now
+// and carry its unfinished runs, with their flows as they are, onto the network.
+void evict(FlowNetwork& net, AloneRun& x) {
+  if (!x.fired) net.simulator().cancel(x.event);
+  FlowNetwork& alone = alone_network(net);
+  Simulator& sim = alone.simulator();
+  const Time origin = sim.now();
+  const Time elapsed = net.simulator().now() - x.start;
+  const auto& plans = x.batch->plans;
+  std::vector<Runner*> runners;
+  std::vector<char> finished(plans.size(), 0);
+  for (std::size_t i = 0; i < plans.size(); ++i)
+    runners.push_back(launch(alone, plans[i], [&finished, i] { finished[i] = 1; }));
+  if (elapsed > Time::zero()) sim.run(origin + elapsed - Time::from_ps(1));
+  const std::int64_t offset = x.start.ps() - origin.ps();
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    if (finished[i]) continue;
+    const Runner& r = *runners[i];
+    std::function<void()> done = i == 0 && !x.fired ? std::move(x.done) : nullptr;
+    if (!r.started) {
+      launch(net, plans[i], std::move(done));
+      continue;
+    }
+    auto copy = std::make_shared<Runner>();
+    copy->net = &net;
+    copy->phases = r.phases;
+    copy->next = r.next;
+    copy->outstanding = r.outstanding;
+    copy->started = true;
+    copy->done = std::move(done);
+    const Phase& ph = (*r.phases)[r.next - 1];
+    Runner* self = copy.get();
+    for (std::size_t j = 0; j < r.flows.size(); ++j) {
+      const FlowNetwork::Snapshot snap = alone.snapshot(r.flows[j]);
+      copy->flows.push_back(snap.live ? net.adopt(ph[j].links, snap, offset, [self] { self->flow_done(); }) : FlowId(0));
+    }
+    net.hold(std::move(copy));
+  }
+  sim.run();  // the rest, so that the private network is idle again
+}
+
+void run_batch(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& b, std::function<void()> done) {
+  if (net.apart() && !b->links.empty() && net.idle(b->links)) {
+    if (!b->timed) time_alone(net, *b);
+    Simulator& sim = net.simulator();
+    auto x = std::make_shared<AloneRun>();
+    x->batch = b;
+    x->start = sim.now();
+    x->done = std::move(done);
+    x->event = sim.schedule_in(b->first_end, [x] {
+      x->fired = true;
+      auto d = std::move(x->done);
+      x->done = nullptr;
+      if (d) d();
+    });
+    net.reserve(b->links, sim.now() + b->busy_until, [&net, x] { evict(net, *x); });
+    return;
+  }
+  for (std::size_t i = 0; i < b->plans.size(); ++i) launch(net, b->plans[i], i == 0 ? std::move(done) : nullptr);
+}
+
+std::shared_ptr<const CollectiveBatch> single(FlowNetwork& net, const CollectiveSpec& spec) {
+  auto& plans = memo_of(net).plans;
   const PlanMemo::Key key{int(spec.kind), spec.ranks, spec.bytes, spec.algorithm ? int(*spec.algorithm) : -1,
                           spec.protocol ? int(*spec.protocol) : -1, spec.root, spec.tag};
   auto found = plans.find(key);
-  if (found == plans.end()) {
-    const auto problem = check_collective(topo, spec);
-    SCALEOUT_CHECK(!problem, "collective: " + problem.value_or(""));
-    const Group g = analyse(topo, spec.ranks);
-    std::vector<Phase> phases;
-    if (g.n > 1 && spec.bytes > 0) {
-      const CollectiveChoice c = choose_collective(topo, spec);
-      Planner p{topo, spec, g, c.algorithm, c.protocol, 1.0, {}};
-      p.plan();
-      phases = std::move(p.phases);
-    }
-    found = plans.emplace(key, std::make_shared<const std::vector<Phase>>(std::move(phases))).first;
-  }
-  auto runner = std::make_shared<Runner>();
-  runner->net = &net;
-  runner->done = std::move(done);
-  runner->phases = found->second;
-  Runner* r = runner.get();
-  net.hold(std::move(runner));
-  // Start from an event so that `done` never runs inside the caller.
-  net.simulator().schedule_in(Time::zero(), [r] { r->start_next(); });
+  if (found == plans.end()) found = plans.emplace(key, batch_of({plan_of(net.topology(), spec)})).first;
+  return found->second;
+}
+}  // namespace
+
+void run_collective(FlowNetwork& net, const CollectiveSpec& spec, std::function<void()> done) {
+  run_batch(net, single(net, spec), std::move(done));
+}
+
+std::shared_ptr<const CollectiveBatch> prepare_collectives(FlowNetwork& net, const std::vector<CollectiveSpec>& specs) {
+  std::vector<std::shared_ptr<const std::vector<Phase>>> plans;
+  for (const CollectiveSpec& s : specs) plans.push_back(single(net, s)->plans.front());
+  return batch_of(std::move(plans));
+}
+
+void run_collectives(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& batch, std::function<void()> done) {
+  run_batch(net, batch, std::move(done));
 }
 
 double time_collective(const Topology& topo, const CollectiveSpec& spec, CollectiveChoice* choice) {

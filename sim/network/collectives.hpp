@@ -31,6 +31,7 @@
 // explicit hierarchical, direct and halving_doubling algorithms run only when asked for, except
 // direct for all-to-all and send/recv, which is what NCCL does for those.
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -84,6 +85,15 @@ CollectiveChoice choose_collective(const Topology& topo, const CollectiveSpec& s
 // Runs the collective on the network; `done` runs when the last rank has finished. The spec must
 // pass check_collective (an internal error otherwise).
 void run_collective(FlowNetwork& net, const CollectiveSpec& spec, std::function<void()> done);
+
+// Collectives that are always launched together (a folded rank's group and the sibling groups
+// that run alongside it), planned once for a network. run_collectives starts them all; `done`
+// runs when the first has finished. On links no other flow uses, a run is worked out apart
+// (once per batch or spec) and costs one event; it is carried back onto the network, exactly
+// where it had got to, as soon as another flow comes onto one of its links.
+struct CollectiveBatch;
+std::shared_ptr<const CollectiveBatch> prepare_collectives(FlowNetwork& net, const std::vector<CollectiveSpec>& specs);
+void run_collectives(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& batch, std::function<void()> done);
 
 // One collective alone on an idle network: its time in seconds, and the choice made.
 double time_collective(const Topology& topo, const CollectiveSpec& spec, CollectiveChoice* choice = nullptr);

@@ -17,6 +17,7 @@ FlowNetwork::FlowNetwork(Simulator& sim, const Topology& topo) : sim_(sim), topo
   version_.resize(n);
   link_stamp_.resize(n);
   dirty_stamp_.resize(n);
+  link_res_.resize(n);
 }
 
 std::uint32_t FlowNetwork::allocate() {
@@ -53,6 +54,7 @@ FlowId FlowNetwork::send(int src_rank, int dst_rank, double bytes, Done done, in
 FlowId FlowNetwork::start(std::span<const LinkId> links, double bytes, Time latency, Done done, double rate_cap) {
   SCALEOUT_CHECK(bytes >= 0 && std::isfinite(bytes), "flow network: bytes must be finite and non-negative");
   SCALEOUT_CHECK(rate_cap > 0, "flow network: rate cap must be positive");
+  evict_reservations(links);
   const std::uint32_t s = allocate();
   Flow& f = flows_[s];
   f.remaining = bytes;
@@ -71,7 +73,7 @@ FlowId FlowNetwork::start(std::span<const LinkId> links, double bytes, Time late
     // Nothing to share: a local copy or an empty message only waits for the latency.
     f.remaining = 0;
     f.state = State::delivering;
-    f.event = sim_.schedule_in(latency, [this, s, gen] { deliver(s, gen); });
+    schedule_flow(s, sim_.now() + latency, true);
     return make_id(s, gen);
   }
   for (LinkId l : links) {
@@ -214,9 +216,9 @@ void FlowNetwork::solve() {
     f.updated = now;
     f.rate = r;
     if (f.event != kNoEvent) sim_.cancel(f.event);
-    const std::uint32_t gen = f.generation;
+    f.event = kNoEvent;
     const Time left = r > 0 ? Time::from_seconds(f.remaining / r) : Time::max();
-    f.event = left == Time::max() ? kNoEvent : sim_.schedule_in(left, [this, s, gen] { drained(s, gen); });
+    if (left != Time::max()) schedule_flow(s, now + left, false);
   }
 }
 
@@ -235,7 +237,8 @@ void FlowNetwork::drained(std::uint32_t s, std::uint32_t gen) {
   }
   request_solve();
   f.state = State::delivering;
-  f.event = sim_.schedule_in(f.latency, [this, s, gen] { deliver(s, gen); });
+  last_drained_ = max(last_drained_, sim_.now());
+  schedule_flow(s, sim_.now() + f.latency, true);
 }
 
 void FlowNetwork::deliver(std::uint32_t s, std::uint32_t gen) {
@@ -250,6 +253,127 @@ void FlowNetwork::deliver(std::uint32_t s, std::uint32_t gen) {
   free_slots_.push_back(s);
   --active_;
   if (done) done();
+}
+
+void FlowNetwork::schedule_flow(std::uint32_t s, Time at, bool delivering) {
+  Flow& f = flows_[s];
+  const std::uint32_t gen = f.generation;
+  f.event_at = at;
+  if (delivering) f.event = sim_.schedule_at(at, [this, s, gen] { deliver(s, gen); });
+  else f.event = sim_.schedule_at(at, [this, s, gen] { drained(s, gen); });
+}
+
+bool FlowNetwork::idle(std::span<const LinkId> links) const {
+  const Time now = sim_.now();
+  for (LinkId l : links) {
+    if (!on_link_[l].empty()) return false;
+    const LinkReservation& r = link_res_[l];
+    if (r.until > now && reservations_[r.slot].live && reservations_[r.slot].generation == r.generation) return false;
+  }
+  return true;
+}
+
+void FlowNetwork::reserve(std::span<const LinkId> links, Time until, std::function<void()> evict) {
+  const Time now = sim_.now();
+  if (until <= now || links.empty()) return;
+  // Reservations that lapsed give their slots back.
+  while (!res_expiry_.empty() && std::get<0>(res_expiry_.front()) <= now) {
+    const auto [t, slot, gen] = res_expiry_.front();
+    std::pop_heap(res_expiry_.begin(), res_expiry_.end(), std::greater<>());
+    res_expiry_.pop_back();
+    Reservation& r = reservations_[slot];
+    if (r.live && r.generation == gen) {
+      r.live = false;
+      r.evict = nullptr;
+      ++r.generation;
+      free_res_.push_back(slot);
+    }
+  }
+  std::uint32_t slot;
+  if (!free_res_.empty()) {
+    slot = free_res_.back();
+    free_res_.pop_back();
+  } else {
+    slot = std::uint32_t(reservations_.size());
+    reservations_.emplace_back();
+  }
+  Reservation& r = reservations_[slot];
+  r.evict = std::move(evict);
+  r.until = until;
+  r.live = true;
+  for (LinkId l : links) {
+    SCALEOUT_CHECK(l < link_res_.size(), "flow network: unknown link");
+    link_res_[l] = {slot, r.generation, until};
+  }
+  res_expiry_.emplace_back(until, slot, r.generation);
+  std::push_heap(res_expiry_.begin(), res_expiry_.end(), std::greater<>());
+}
+
+void FlowNetwork::evict_reservations(std::span<const LinkId> links) {
+  const Time now = sim_.now();
+  for (LinkId l : links) {
+    if (l >= link_res_.size()) continue;  // start() reports unknown links
+    const LinkReservation lr = link_res_[l];
+    if (lr.until <= now) continue;
+    Reservation& r = reservations_[lr.slot];
+    if (!r.live || r.generation != lr.generation) continue;
+    auto evict = std::move(r.evict);
+    r.evict = nullptr;
+    r.live = false;
+    ++r.generation;
+    free_res_.push_back(lr.slot);  // its expiry entry no longer matches the generation
+    if (evict) evict();
+  }
+}
+
+FlowNetwork::Snapshot FlowNetwork::snapshot(FlowId id) const {
+  Snapshot out;
+  const auto s = std::uint32_t(id & 0xffffffffu);
+  if (s >= flows_.size()) return out;
+  const Flow& f = flows_[s];
+  if (f.generation != std::uint32_t(id >> 32) || f.state == State::free) return out;
+  out.live = true;
+  out.delivering = f.state == State::delivering;
+  out.remaining = f.remaining;
+  out.rate = f.rate;
+  out.cap = f.cap;
+  out.updated = f.updated;
+  out.latency = f.latency;
+  out.event_at = f.event == kNoEvent ? Time::max() : f.event_at;
+  return out;
+}
+
+FlowId FlowNetwork::adopt(std::span<const LinkId> links, const Snapshot& snap, std::int64_t offset_ps, Done done) {
+  SCALEOUT_CHECK(snap.live, "flow network: adopting a finished flow");
+  const auto shift = [offset_ps](Time t) { return Time::from_ps(t.ps() + offset_ps); };
+  const std::uint32_t s = allocate();
+  Flow& f = flows_[s];
+  f.remaining = snap.remaining;
+  f.rate = snap.rate;
+  f.cap = snap.cap;
+  f.updated = shift(snap.updated);
+  f.latency = snap.latency;
+  f.event = kNoEvent;
+  f.state = snap.delivering ? State::delivering : State::active;
+  flow_links_[s].assign(links.begin(), links.end());
+  done_[s] = std::move(done);
+  ++started_;
+  ++active_;
+  const std::uint32_t gen = f.generation;
+  if (!snap.delivering) {
+    for (LinkId l : links) {
+      SCALEOUT_CHECK(l < on_link_.size(), "flow network: unknown link");
+      on_link_[l].push_back(s);
+    }
+    if (snap.event_at == Time::max()) {
+      // Not solved yet where it came from: it is solved here.
+      for (LinkId l : links) mark(l);
+      request_solve();
+      return make_id(s, gen);
+    }
+  }
+  schedule_flow(s, shift(snap.event_at), snap.delivering);
+  return make_id(s, gen);
 }
 
 }  // namespace scaleout

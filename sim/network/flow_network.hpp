@@ -11,11 +11,19 @@
 // links is re-solved, and each flow whose rate changed gets its remaining bytes settled and its
 // completion event moved. A flow of S bytes along a path of latency L finishes L after its last
 // byte leaves: L + the time S takes at the rates it gets.
+//
+// Reservations: flows that share no link with any other flow run exactly as they would alone,
+// and max-min rates and integer-picosecond times make that run the same at any start time. A
+// caller that worked out such a run apart (a collective on idle links) may reserve its links
+// until its last byte leaves instead of running its flows here; the first flow started on a
+// reserved link first evicts the reservation, whose owner must adopt() its flows in the state the
+// run apart had reached by then, so the network continues exactly as if they had run here.
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "hardware/topology.hpp"
@@ -54,6 +62,30 @@ class FlowNetwork {
   std::uint64_t flows_started() const { return started_; }
   std::uint64_t solves() const { return solves_; }
 
+  // Whether callers may run work apart and reserve its links (on by default).
+  void set_apart(bool on) { apart_ = on; }
+  bool apart() const { return apart_; }
+  // True when no unfinished flow and no reservation is on any of `links`.
+  bool idle(std::span<const LinkId> links) const;
+  // Reserves `links` until `until` (exclusive); `evict` runs once if a flow starts on one of them
+  // before then (the reservation is gone by the time it runs).
+  void reserve(std::span<const LinkId> links, Time until, std::function<void()> evict);
+
+  // A flow's state, for carrying a flow from one network to another (times are absolute in the
+  // network it was taken from; `event_at` is when its last byte leaves or, delivering, arrives).
+  struct Snapshot {
+    bool live = false;        // false once delivered
+    bool delivering = false;  // its bytes have all left; only the latency remains
+    double remaining = 0, rate = 0, cap = kNoCap;
+    Time updated, latency, event_at;
+  };
+  Snapshot snapshot(FlowId id) const;
+  // Takes over a flow of another network in the state `s` (its times shifted by `offset`, which
+  // may be negative), on `links`; rates are not re-solved (they were those of the same flows).
+  FlowId adopt(std::span<const LinkId> links, const Snapshot& s, std::int64_t offset_ps, Done done);
+  // When the last flow so far left its links (its last byte sent).
+  Time last_drained() const { return last_drained_; }
+
   // Objects that must live as long as their flows (a collective's plan): held until released.
   void hold(std::shared_ptr<void> owner) { held_.push_back(std::move(owner)); }
   void release(const void* owner);
@@ -72,6 +104,7 @@ class FlowNetwork {
     double cap = kNoCap;
     Time updated;
     Time latency;
+    Time event_at;
     EventId event = kNoEvent;
     std::uint32_t generation = 0;
     std::uint32_t stamp = 0;  // component search mark
@@ -92,6 +125,26 @@ class FlowNetwork {
   void drained(std::uint32_t slot, std::uint32_t generation);
   void deliver(std::uint32_t slot, std::uint32_t generation);
   static FlowId make_id(std::uint32_t slot, std::uint32_t gen) { return (FlowId(gen) << 32) | slot; }
+  void schedule_flow(std::uint32_t slot, Time at, bool delivering);
+  void evict_reservations(std::span<const LinkId> links);
+
+  struct LinkReservation {
+    std::uint32_t slot = 0, generation = 0;
+    Time until;  // free from then on
+  };
+  struct Reservation {
+    std::function<void()> evict;
+    std::uint32_t generation = 0;
+    Time until;
+    bool live = false;
+  };
+  std::vector<LinkReservation> link_res_;
+  std::vector<Reservation> reservations_;
+  std::vector<std::uint32_t> free_res_;
+  // (until, slot, generation), earliest first: reservations that lapsed free their slots.
+  std::vector<std::tuple<Time, std::uint32_t, std::uint32_t>> res_expiry_;
+  Time last_drained_;
+  bool apart_ = true;
 
   Simulator& sim_;
   const Topology& topo_;

@@ -48,6 +48,10 @@ struct StepConfig {
   // algorithms, max-min sharing of every link), contending with all concurrent traffic; when
   // folded, the groups a simulated rank stands for send their (identical) traffic too.
   std::shared_ptr<const Topology> topology;
+  // On that graph, a collective whose links no other flow uses is run apart, once, and costs one
+  // event (exact: it is carried back onto the network where it had got to as soon as another
+  // flow comes onto its links). Off runs every flow on the network: the same figures, slower.
+  bool collectives_apart = true;
   // What the process holds beyond its tensors: the CUDA context, cuBLAS/cuDNN workspaces (outside
   // torch's allocator), and the caching allocator's fragmentation, as a fraction of the peak.
   double context_reserve_bytes = 0.5 * kGiB;

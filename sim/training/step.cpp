@@ -644,6 +644,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   if (cfg.topology) {
     SCALEOUT_CHECK(cfg.topology->gpu_count() >= par.gpus(), "the cluster graph has fewer GPUs than the plan");
     net = std::make_unique<FlowNetwork>(sim, *cfg.topology);
+    net->set_apart(cfg.collectives_apart);
   }
   auto members_of = [&](CommGroup g, Coords c) {
     std::vector<int> out;
@@ -698,18 +699,10 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   };
   // Flow-mode launchers: folded, one group's collective plus its shadows; unfolded, the group's
   // collective once every member's task has started.
-  struct FoldedLaunch {
-    CollectiveSpec rep;
-    std::vector<CollectiveSpec> extra;
-  };
+  // The group's collective first, then its shadows: one batch.
+  using FoldedLaunch = CollectiveBatch;
   auto launch_folded = [&](std::shared_ptr<const FoldedLaunch> f) -> StreamExecutor::Launcher {
-    return [&, f = std::move(f)](TaskId id) {
-      run_collective(*net, f->rep, [&ex, id] { ex.finish(id); });
-      for (const CollectiveSpec& sh : f->extra) run_collective(*net, sh, [] {});
-    };
-  };
-  auto folded_launcher = [&](CollectiveSpec rep_spec, std::vector<CollectiveSpec> extra) -> StreamExecutor::Launcher {
-    return launch_folded(std::make_shared<const FoldedLaunch>(FoldedLaunch{std::move(rep_spec), std::move(extra)}));
+    return [&, f = std::move(f)](TaskId id) { run_collectives(*net, f, [&ex, id] { ex.finish(id); }); };
   };
   // A rank launches the same collective (group, kind, size) over and over: its specs and its
   // shadows' are made once.
@@ -744,9 +737,9 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
         if (!f) {
           const Coords c = coords_of(rank);
           std::vector<int> mem = members_of(g, c);
-          std::vector<CollectiveSpec> extra;
-          for (const auto& sh : shadows_of(g, c, mem)) extra.push_back(spec_of(kind, sh, bytes));
-          f = std::make_shared<const FoldedLaunch>(FoldedLaunch{spec_of(kind, std::move(mem), bytes), std::move(extra)});
+          std::vector<CollectiveSpec> batch{spec_of(kind, mem, bytes)};
+          for (const auto& sh : shadows_of(g, c, mem)) batch.push_back(spec_of(kind, sh, bytes));
+          f = prepare_collectives(*net, batch);
         }
         launch_next = launch_folded(f);
       }
@@ -957,6 +950,8 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   const double gdt = par.grad_reduce_bytes > 0 ? par.grad_reduce_bytes : dtype_bytes(tr.precision.grad);
   const Dtype gather_dtype = tr.precision.compute == Dtype::fp8 ? Dtype::bf16 : tr.precision.compute;
   std::map<std::tuple<int, bool, int, int>, TaskId> sends;  // (dest rank, forward?, chunk, mb) -> transfer
+  // A transfer between two GPUs with the replicas' beside it, planned once per size.
+  std::map<std::tuple<int, int, double>, std::shared_ptr<const CollectiveBatch>> send_batches;
 
   for (int r = 0; r < nranks; ++r) {
     const std::int64_t s = stage_of(r);
@@ -1004,20 +999,24 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
           Coords d = c;
           d.s = dest_stage;
           const int src_g = global_of(c), dst_g = global_of(d);
-          std::vector<CollectiveSpec> extra;
-          if (plain_fold) {
-            // The other replicas' transfers between the same stages that share a node with this one.
-            const std::set<int> mine{cfg.topology->node_of(src_g), cfg.topology->node_of(dst_g)};
-            for (std::int64_t dp_i = 0; dp_i < par.dp; ++dp_i)
-              for (std::int64_t cp_i = 0; cp_i < par.cp; ++cp_i)
-                for (std::int64_t tp_i = 0; tp_i < par.tp; ++tp_i) {
-                  if (dp_i == c.dp && cp_i == c.cp && tp_i == c.tp) continue;
-                  const int a = global_of({tp_i, cp_i, dp_i, c.s}), b2 = global_of({tp_i, cp_i, dp_i, dest_stage});
-                  if (mine.count(cfg.topology->node_of(a)) || mine.count(cfg.topology->node_of(b2)))
-                    extra.push_back(spec_of(CollectiveKind::send_recv, {a, b2}, bytes));
-                }
+          auto& batch = send_batches[{src_g, dst_g, bytes}];
+          if (!batch) {
+            std::vector<CollectiveSpec> specs{spec_of(CollectiveKind::send_recv, {src_g, dst_g}, bytes)};
+            if (plain_fold) {
+              // The other replicas' transfers between the same stages that share a node with this one.
+              const std::set<int> mine{cfg.topology->node_of(src_g), cfg.topology->node_of(dst_g)};
+              for (std::int64_t dp_i = 0; dp_i < par.dp; ++dp_i)
+                for (std::int64_t cp_i = 0; cp_i < par.cp; ++cp_i)
+                  for (std::int64_t tp_i = 0; tp_i < par.tp; ++tp_i) {
+                    if (dp_i == c.dp && cp_i == c.cp && tp_i == c.tp) continue;
+                    const int a = global_of({tp_i, cp_i, dp_i, c.s}), b2 = global_of({tp_i, cp_i, dp_i, dest_stage});
+                    if (mine.count(cfg.topology->node_of(a)) || mine.count(cfg.topology->node_of(b2)))
+                      specs.push_back(spec_of(CollectiveKind::send_recv, {a, b2}, bytes));
+                  }
+            }
+            batch = prepare_collectives(*net, specs);
           }
-          launch_next = folded_launcher(spec_of(CollectiveKind::send_recv, {src_g, dst_g}, bytes), std::move(extra));
+          launch_next = launch_folded(batch);
         }
         const TaskId send = add_task(r, par.p2p_blocking ? kCompute : w.forward ? kSendFwd : kSendBwd, Time::from_seconds(t), {after}, nullptr);
         info[send].comm = std::uint8_t(int(CommGroup::pp) + 1);

@@ -93,6 +93,7 @@ StepConfig step_config(const Scenario& s) {
   const bool alike = s.faults.stragglers.empty() && par.pp == 1 && kinds <= 1 && (par.ep <= 1 || par.ep == par.dp);
   const bool flow_faults = !alike && (!s.link_faults.empty() || (!s.faults.stragglers.empty() && cfg.topology));
   cfg.fold = s.fold.value_or(!flow_faults || s.gpus() > 4096);
+  cfg.collectives_apart = s.collectives_apart;
   return cfg;
 }
 

@@ -1,0 +1,179 @@
+// Collectives run apart: one on links nobody else uses is worked out on a private network and
+// costs one event; when another flow comes onto its links it is carried back onto the network
+// where it had got to. Everything must come out to the picosecond as if every flow had run on
+// the network, whenever the other flow arrives (at the start, mid-phase, between phases, at the
+// instant a flow drains, during the last latency, after).
+#include <catch2/catch.hpp>
+
+#include <numeric>
+
+#include "hardware/cluster.hpp"
+#include "sim/network/collectives.hpp"
+#include "sim/training/step.hpp"
+#include "tools/io/scenario.hpp"
+#include "tools/io/simulate.hpp"
+
+using namespace scaleout;
+
+namespace {
+
+ClusterSpec hgx(int nodes) {
+  ClusterSpec c;
+  c.generation = GpuGeneration::hopper;
+  c.gpu = "h100-sxm";
+  c.nodes = nodes;
+  c.gpus_per_node = 8;
+  c.node_kind = NodeKind::nvswitch;
+  c.nvlink_bandwidth = BytesPerSecond{900e9};
+  c.nvlink_efficiency = default_nvlink_efficiency(GpuGeneration::hopper);
+  c.nvls = true;
+  c.pcie_bandwidth = BytesPerSecond{64e9};
+  c.nics_per_node = 8;
+  c.nic_bandwidth = BytesPerSecond{50e9};
+  c.switch_radix = 40;
+  return c;
+}
+
+std::vector<int> iota(int lo, int n) {
+  std::vector<int> v(std::size_t(n), 0);
+  std::iota(v.begin(), v.end(), lo);
+  return v;
+}
+
+CollectiveSpec spec(CollectiveKind k, std::vector<int> ranks, double bytes, std::optional<CollectiveAlgorithm> a = {}) {
+  CollectiveSpec s;
+  s.kind = k;
+  s.ranks = std::move(ranks);
+  s.bytes = bytes;
+  s.algorithm = a;
+  s.protocol = Protocol::simple;
+  return s;
+}
+
+struct Ends {
+  Time first, second;
+  std::uint64_t flows = 0;
+};
+
+// `first` (a batch: its first spec's end is reported) at 0, `second` at `delay`.
+Ends run_pair(const Topology& t, bool apart, const std::vector<CollectiveSpec>& first, const CollectiveSpec& second, Time delay) {
+  Simulator sim;
+  FlowNetwork net(sim, t);
+  net.set_apart(apart);
+  Ends e;
+  run_collectives(net, prepare_collectives(net, first), [&] { e.first = sim.now(); });
+  sim.schedule_at(delay, [&] { run_collective(net, second, [&] { e.second = sim.now(); }); });
+  sim.run();
+  e.flows = net.flows_started();
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("a collective run apart ends exactly where its flows would, whenever another flow comes onto its links",
+          "[network][apart]") {
+  const Topology t = build_topology(hgx(2));
+  struct Case {
+    const char* name;
+    std::vector<CollectiveSpec> first;
+    CollectiveSpec second;
+  };
+  const std::vector<Case> cases = {
+      // One phase: a ring over the node's NVLinks, and a transfer out of GPU 0 over them.
+      {"ring, then a transfer", {spec(CollectiveKind::all_reduce, iota(0, 8), 3e8, CollectiveAlgorithm::ring)},
+       spec(CollectiveKind::send_recv, {0, 1}, 5e7)},
+      // Phases one after another (halving-doubling) and a batch of two groups, met by a third.
+      {"halving-doubling batch",
+       {spec(CollectiveKind::all_reduce, iota(0, 4), 2e8, CollectiveAlgorithm::halving_doubling),
+        spec(CollectiveKind::all_reduce, iota(4, 4), 1e8, CollectiveAlgorithm::halving_doubling)},
+       spec(CollectiveKind::all_gather, {2, 5}, 1e8)},
+      // Across nodes: a hierarchical all-reduce (three phases) met by a ring on the same rails.
+      {"hierarchical across nodes", {spec(CollectiveKind::all_reduce, iota(0, 16), 4e8, CollectiveAlgorithm::hierarchical)},
+       spec(CollectiveKind::all_reduce, {3, 11}, 2e8, CollectiveAlgorithm::ring)},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    // Alone: its end, and the instants where its flows drain lie just before it.
+    Simulator sim;
+    FlowNetwork alone(sim, t);
+    Time alone_end;
+    run_collectives(alone, prepare_collectives(alone, c.first), [&] { alone_end = sim.now(); });
+    sim.run();
+    CHECK(alone.flows_started() == 0);  // nothing else on its links: run apart
+    const Time last = alone.simulator().now();
+    REQUIRE(alone_end > Time::zero());
+    std::vector<Time> delays = {Time::zero(), Time::from_ps(1), Time::from_ps(alone_end.ps() / 7),
+                                Time::from_ps(alone_end.ps() / 3), Time::from_ps(alone_end.ps() / 2),
+                                alone_end - Time::from_us(30), alone_end - Time::from_us(3),
+                                alone_end - Time::from_ps(1), alone_end, last, last + Time::from_us(1)};
+    // The instants of the flows' own events (drains and deliveries) on the plain network.
+    {
+      Simulator s2;
+      FlowNetwork n2(s2, t);
+      n2.set_apart(false);
+      run_collectives(n2, prepare_collectives(n2, c.first), [] {});
+      while (!s2.idle()) {
+        const Time t2 = s2.next_event_time();
+        delays.push_back(t2);
+        s2.run(t2);  // every event of this instant
+      }
+    }
+    for (Time d : delays) {
+      INFO("second collective at " << d.ps() << " ps");
+      const Ends on = run_pair(t, true, c.first, c.second, d);
+      const Ends off = run_pair(t, false, c.first, c.second, d);
+      CHECK(on.first.ps() == off.first.ps());
+      CHECK(on.second.ps() == off.second.ps());
+      CHECK(on.flows <= off.flows);
+    }
+  }
+}
+
+TEST_CASE("collectives run apart give the step every figure of the step run all as flows", "[network][apart][step]") {
+  auto plan = [](Json parallelism, int nodes, Json extra = Json::object()) {
+    Json j = {{"model", {{"arch", "llama"}, {"layers", 8}, {"hidden", 1024}, {"heads", 8}, {"kv_heads", 8}, {"ffn", 4096},
+                         {"vocab", 8192}, {"tied_embeddings", false}}},
+              {"cluster", {{"gpu", "h100-sxm"},
+                           {"topology", {{"nodes", nodes}, {"gpus_per_node", 8}, {"node", "nvswitch"}, {"nics_per_node", 8},
+                                         {"network", "infiniband-ndr"}, {"fabric", "single-switch"}, {"levels", 1}}}}},
+              {"training", {{"seq_len", 2048}, {"micro_batch", 1}, {"global_batch", 32}, {"precision", "bf16-mixed"}}},
+              {"parallelism", std::move(parallelism)}};
+    for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
+    return j;
+  };
+  const std::vector<std::pair<const char*, Json>> cases = {
+      {"TP 4 x PP 4 interleaved, DP 2",
+       plan({{"tp", 4}, {"pp", 4}, {"dp", 2}, {"pp_schedule", "interleaved"}, {"virtual_stages", 2}}, 4)},
+      {"FSDP over 16", plan({{"dp", 16}, {"fsdp", "full_shard"}}, 2)},
+      {"TP 2 x DP 8, ZeRO-1, a slow NIC (every GPU simulated)",
+       plan({{"tp", 2}, {"dp", 8}, {"zero", 1}}, 2, {{"faults", {{"links", {{{"nic", {1, 3}}, {"bandwidth_factor", 0.25}}}}}}})},
+      {"TP 2 x PP 2 x DP 4, 1F1B, unfolded", plan({{"tp", 2}, {"pp", 2}, {"dp", 4}}, 2, {{"simulation", {{"fold", "off"}}}})},
+  };
+  for (const auto& [name, j0] : cases) {
+    INFO(name);
+    Json j = j0;
+    const StepResult on = simulate_scenario(parse_scenario(j, "test.json"));
+    j["simulation"]["apart"] = "off";
+    const StepResult off = simulate_scenario(parse_scenario(j, "test.json"));
+    REQUIRE(on.failure.empty());
+    CHECK(on.fingerprint == off.fingerprint);  // every task's start and finish
+    CHECK(on.step_time_s == off.step_time_s);
+    CHECK(on.exposed_comm_s == off.exposed_comm_s);
+    CHECK(on.dp_comm_total_s == off.dp_comm_total_s);
+    CHECK(on.pipeline_bubble_s == off.pipeline_bubble_s);
+    CHECK(on.peak_bytes == off.peak_bytes);
+    CHECK(on.rank_peak_bytes == off.rank_peak_bytes);
+    CHECK(on.events < off.events);
+  }
+}
+
+TEST_CASE("simulation.apart takes on or off", "[network][apart][input]") {
+  Json j = {{"model", "llama-3-8b"},
+            {"cluster", {{"gpu", "h100-sxm"}, {"nodes", 1}, {"gpus_per_node", 8}}},
+            {"training", {{"seq_len", 2048}, {"micro_batch", 1}, {"global_batch", 8}}},
+            {"parallelism", {{"dp", 8}}},
+            {"simulation", {{"network", "flow"}, {"apart", "off"}}}};
+  CHECK_FALSE(parse_scenario(j, "test.json").collectives_apart);
+  j["simulation"]["apart"] = "maybe";
+  CHECK_THROWS_WITH(parse_scenario(j, "test.json"), Catch::Contains("/simulation/apart") && Catch::Contains("on"));
+}
