@@ -707,26 +707,35 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   // A rank launches the same collective (group, kind, size) over and over: its specs and its
   // shadows' are made once.
   std::map<std::tuple<int, int, int, double>, std::shared_ptr<const FoldedLaunch>> folded_specs;
-  struct Rendezvous {
-    std::size_t expected = 0;
-    std::vector<TaskId> waiting;
-    CollectiveSpec spec;
-  };
-  std::map<TaskId, Rendezvous> rendezvous;  // barrier -> the members' launched tasks
 
   // Unfolded, a collective starts when every member of its group has reached it: a zero-length
   // barrier task per occurrence (the k-th collective of a group on each member) waits for the
   // members' arrivals, and each member's collective waits for the barrier.
   constexpr int kBarrier = 5;
-  std::map<std::tuple<int, std::int64_t, std::int64_t>, TaskId> barriers;
-  std::map<std::pair<int, std::int64_t>, StreamId> barrier_streams;
-  std::vector<std::array<std::int64_t, 7>> occurrences(nranks, std::array<std::int64_t, 7>{});
   struct Arrival {
     int rank;
     std::vector<TaskId> after;
     Time release;  // its host's launch
+    Time at;       // when it was ready (after the step)
   };
-  std::map<TaskId, std::vector<Arrival>> arrivals;  // barrier -> members and what they waited for
+  struct Barrier {
+    TaskId task = 0;
+    std::vector<Arrival> arrivals;  // the members and what they waited for
+    // On the flow network: the members' launched tasks, and the collective they start together.
+    std::vector<TaskId> waiting;
+    std::size_t expected = 0;
+    std::shared_ptr<const CollectiveBatch> batch;
+  };
+  std::deque<Barrier> barrier_list;            // never moves: launchers point into it
+  std::vector<std::uint32_t> barrier_of_task;  // barrier task -> its index + 1
+  struct GroupBarriers {
+    StreamId stream = 0;
+    std::vector<std::uint32_t> by_occurrence;  // indices into barrier_list
+    std::map<std::pair<int, double>, std::shared_ptr<const CollectiveBatch>> batches;  // (kind, bytes)
+  };
+  std::map<std::pair<int, std::int64_t>, GroupBarriers> group_barriers;  // (slot, group)
+  std::vector<std::array<GroupBarriers*, 7>> rank_groups(nranks, std::array<GroupBarriers*, 7>{});
+  std::vector<std::array<std::int64_t, 7>> occurrences(nranks, std::array<std::int64_t, 7>{});
   auto sync_task = [&](int rank, int track, Time dur, std::vector<TaskId> deps, const Kernel* k, CommGroup g,
                        CollectiveKind kind, double bytes, Time release = Time::zero()) {
     const std::uint8_t label = std::uint8_t(int(g) + 1);
@@ -747,21 +756,27 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
       info[id].comm = label;
       return id;
     }
-    const std::int64_t gid = group_key(g, rank);
     const int slot = slot_of(g);
-    const auto key = std::make_tuple(slot, gid, occurrences[rank][slot]++);
-    auto it = barriers.find(key);
-    TaskId b;
-    if (it == barriers.end()) {
-      auto sit = barrier_streams.find({slot, gid});
-      if (sit == barrier_streams.end()) sit = barrier_streams.emplace(std::make_pair(slot, gid), ex.add_stream()).first;
-      b = ex.add(sit->second, Time::zero(), {});
-      info.resize(b + 1);
-      info[b] = {nullptr, rank, std::uint8_t(kBarrier), 0};
-      barriers.emplace(key, b);
-    } else {
-      b = it->second;
+    GroupBarriers*& gb = rank_groups[std::size_t(rank)][std::size_t(slot)];
+    if (!gb) {
+      auto [pos, fresh] = group_barriers.try_emplace({slot, group_key(g, rank)});
+      if (fresh) pos->second.stream = ex.add_stream();
+      gb = &pos->second;
     }
+    // Every member reaches its k-th collective of the group after its (k-1)-th: barriers come in order.
+    const auto occurrence = std::size_t(occurrences[rank][slot]++);
+    if (occurrence == gb->by_occurrence.size()) {
+      const TaskId t = ex.add(gb->stream, Time::zero(), {});
+      info.resize(t + 1);
+      info[t] = {nullptr, rank, std::uint8_t(kBarrier), 0};
+      barrier_list.emplace_back();
+      barrier_list.back().task = t;
+      gb->by_occurrence.push_back(std::uint32_t(barrier_list.size() - 1));
+      if (barrier_of_task.size() <= t) barrier_of_task.resize(std::size_t(t) + 1, 0);
+      barrier_of_task[t] = std::uint32_t(barrier_list.size());
+    }
+    Barrier& bar = barrier_list[gb->by_occurrence[occurrence]];
+    const TaskId b = bar.task;
     std::vector<TaskId> after = deps;
     if (last_on[rank][track] > 0) after.push_back(last_on[rank][track] - 1);
     for (TaskId d : after) {
@@ -769,19 +784,19 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
       deps_of.push(b, d);
     }
     if (release > ex.release(b)) ex.set_release(b, release);
-    arrivals[b].push_back({rank, std::move(after), release});
+    bar.arrivals.push_back({rank, std::move(after), release, Time::zero()});
     if (net) {
-      Rendezvous& rv = rendezvous[b];
-      if (rv.expected == 0) {
-        rv.expected = std::size_t(group_size(g));
-        rv.spec = spec_of(kind, members_of(g, coords_of(rank)), bytes);
+      if (bar.expected == 0) {
+        bar.expected = std::size_t(group_size(g));
+        auto& batch = gb->batches[{int(kind), bytes}];
+        if (!batch) batch = prepare_collectives(*net, {spec_of(kind, members_of(g, coords_of(rank)), bytes)});
+        bar.batch = batch;
       }
-      launch_next = [&, b](TaskId id) {
-        Rendezvous& w = rendezvous[b];
-        w.waiting.push_back(id);
-        if (w.waiting.size() == w.expected)
-          run_collective(*net, w.spec, [&ex, &w] {
-            for (TaskId t : w.waiting) ex.finish(t);
+      launch_next = [&, w = &bar](TaskId id) {
+        w->waiting.push_back(id);
+        if (w->waiting.size() == w->expected)
+          run_collectives(*net, w->batch, [&ex, w] {
+            for (TaskId t : w->waiting) ex.finish(t);
           });
       };
     }
@@ -1353,21 +1368,20 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   res.step_time_s = end.seconds();
 
   // Unfolded: how long each member waited in each collective for the last one to arrive.
-  std::map<std::pair<TaskId, int>, Time> own_arrival;  // (barrier, rank) -> when that rank was ready
-  for (const auto& [b, members] : arrivals) {
+  for (Barrier& bar : barrier_list) {
+    const TaskId b = bar.task;
     Time last = Time::zero();
     int last_rank = 0;
-    for (const Arrival& a : members) {
-      Time at = a.release;
-      for (TaskId d : a.after) at = max(at, ex.finish_time(d));
-      own_arrival[{b, a.rank}] = at;
-      if (at >= last) {
-        last = at;
+    for (Arrival& a : bar.arrivals) {
+      a.at = a.release;
+      for (TaskId d : a.after) a.at = max(a.at, ex.finish_time(d));
+      if (a.at >= last) {
+        last = a.at;
         last_rank = a.rank;
       }
     }
-    for (const Arrival& a : members) {
-      const double wait = (ex.finish_time(b) - own_arrival[{b, a.rank}]).seconds();
+    for (const Arrival& a : bar.arrivals) {
+      const double wait = (ex.finish_time(b) - a.at).seconds();
       if (a.rank == 0) res.peer_wait_s += wait;
       if (wait > res.max_peer_wait_s) {
         res.max_peer_wait_s = wait;
@@ -1379,7 +1393,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
                         "NCCL timeout: GPU %lld waited %.1f s in a collective for GPU %lld (timeout %.3g s); the watchdog aborts "
                         "the job %.1f s into the step",
                         (long long)global_rank(a.rank), wait, (long long)global_rank(last_rank), cfg.faults.nccl_timeout_s,
-                        own_arrival[{b, a.rank}].seconds() + cfg.faults.nccl_timeout_s);
+                        a.at.seconds() + cfg.faults.nccl_timeout_s);
           res.failure = buf;
         }
       }
@@ -1399,11 +1413,15 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
         cause = info[d].track;
         if (cause == kBarrier) {
           // Ready before its peers: waiting for them; else whatever made this rank late.
-          const Time mine = own_arrival[{d, r}];
+          const Barrier& bar = barrier_list[barrier_of_task[d] - 1];
+          const Arrival* own = nullptr;
+          for (const Arrival& a : bar.arrivals)
+            if (a.rank == r) own = &a;
+          const Time mine = own ? own->at : Time::zero();
           if (mine >= latest) {
             Time inner;
             cause = kHost;
-            for (const Arrival& a : arrivals[d])
+            for (const Arrival& a : bar.arrivals)
               if (a.rank == r) {
                 inner = a.release;
                 for (TaskId e : a.after)
