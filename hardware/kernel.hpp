@@ -48,8 +48,9 @@ struct Kernel {
   CollectiveKind coll = CollectiveKind::all_reduce;
   CommGroup group = CommGroup::tp;
   std::string name;
-  // The compute model's time for this kernel, once a step simulation has worked it out (every
-  // micro-batch runs the same tape kernels); negative: not yet.
+  // The compute model's time for this kernel (a collective: the closed-form network's for the
+  // stage its tape belongs to), once a step simulation has worked it out (every micro-batch runs
+  // the same tape kernels); negative: not yet.
   double seconds = -1;
 
   double flops() const {

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string_view>
 
 #include "models/step_tape.hpp"
 #include "sim/engine/check.hpp"
@@ -32,10 +33,10 @@ std::int64_t group_stride(const ParallelPlan& p, CommGroup g) {
   if (g == CommGroup::ep) g = CommGroup::dp;  // expert parallelism runs inside the data-parallel group
   std::int64_t stride = 1;
   std::size_t pos = 0;
-  const std::string& o = p.order;
+  const std::string_view o = p.order;
   while (pos < o.size()) {
     const std::size_t dash = o.find('-', pos);
-    const std::string name = o.substr(pos, dash == std::string::npos ? std::string::npos : dash - pos);
+    const std::string_view name = o.substr(pos, dash == std::string_view::npos ? std::string_view::npos : dash - pos);
     const CommGroup here = name == "tp" ? CommGroup::tp : name == "cp" ? CommGroup::cp : name == "dp" ? CommGroup::dp : CommGroup::pp;
     if (here == g) return stride;
     stride *= here == CommGroup::tp ? p.tp : here == CommGroup::cp ? p.cp : here == CommGroup::dp ? p.dp : p.pp;
@@ -839,7 +840,8 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
         for (OpRec& op : pos->second.ops)
           for (auto* ks : {&op.fwd, &op.bwd})
             for (Kernel& k : *ks)
-              if (k.kind != KernelKind::collective) k.seconds = cm.time(k).seconds();
+              k.seconds = k.kind != KernelKind::collective ? cm.time(k).seconds()
+                                                           : collective_time(cfg, k.coll, k.group, k.bytes, vs % par.pp);
       }
       Chunk ch;
       ch.tape = &pos->second;
@@ -905,7 +907,9 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
         Time dt;
         const bool coll = kernel.kind == KernelKind::collective;
         if (coll) {
-          dt = Time::from_seconds(collective_time(cfg, kernel.coll, kernel.group, kernel.bytes, stage_of(rank)));
+          // The tape's kernels carry it (worked out for the stage the tape belongs to).
+          dt = Time::from_seconds(kernel.seconds >= 0 ? kernel.seconds
+                                                      : collective_time(cfg, kernel.coll, kernel.group, kernel.bytes, stage_of(rank)));
           double* acc = kernel.group == CommGroup::tp ? &rank_tp[rank] : kernel.group == CommGroup::cp ? &rank_cp[rank] : &rank_ep[rank];
           *acc += dt.seconds();
         } else {
