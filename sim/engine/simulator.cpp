@@ -17,6 +17,11 @@ EventId Simulator::schedule_at(Time at, EventFn fn, int priority) {
   return queue_.push(at, priority, std::move(fn));
 }
 
+void Simulator::rewind() {
+  SCALEOUT_CHECK(queue_.empty(), "simulator: rewinding with events left");
+  now_ = Time::zero();
+}
+
 std::uint64_t Simulator::run(Time limit) {
   std::uint64_t n = 0;
   Time at;

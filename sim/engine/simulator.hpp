@@ -19,6 +19,8 @@ class Simulator {
   std::uint64_t run(Time limit = Time::max());
   std::uint64_t events_executed() const { return executed_; }
   bool idle() const { return queue_.empty(); }
+  // Sets the clock back to zero; only when no event is left.
+  void rewind();
   // When the next live event is due (Time::max() when none is).
   Time next_event_time() { return queue_.next_time(); }
 

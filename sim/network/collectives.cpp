@@ -1014,9 +1014,11 @@ std::shared_ptr<CollectiveBatch> batch_of(std::vector<std::shared_ptr<const std:
   return b;
 }
 
-// The batch alone on the private network, from its current time.
+// The batch alone on the private network (from time zero: its clock would otherwise add up every
+// batch's run and could pass what picoseconds in 64 bits hold, where the step does not).
 void time_alone(FlowNetwork& net, const CollectiveBatch& b) {
   FlowNetwork& alone = alone_network(net);
+  alone.rewind();
   Simulator& sim = alone.simulator();
   const Time origin = sim.now();
   Time first_end = origin;
@@ -1042,6 +1044,7 @@ struct AloneRun {
 void evict(FlowNetwork& net, AloneRun& x) {
   if (!x.fired) net.simulator().cancel(x.event);
   FlowNetwork& alone = alone_network(net);
+  alone.rewind();
   Simulator& sim = alone.simulator();
   const Time origin = sim.now();
   const Time elapsed = net.simulator().now() - x.start;

@@ -263,6 +263,12 @@ void FlowNetwork::schedule_flow(std::uint32_t s, Time at, bool delivering) {
   else f.event = sim_.schedule_at(at, [this, s, gen] { drained(s, gen); });
 }
 
+void FlowNetwork::rewind() {
+  SCALEOUT_CHECK(active_ == 0 && res_expiry_.empty(), "flow network: rewinding with flows or reservations left");
+  sim_.rewind();
+  last_drained_ = Time::zero();
+}
+
 bool FlowNetwork::idle(std::span<const LinkId> links) const {
   const Time now = sim_.now();
   for (LinkId l : links) {

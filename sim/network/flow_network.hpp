@@ -85,6 +85,8 @@ class FlowNetwork {
   FlowId adopt(std::span<const LinkId> links, const Snapshot& s, std::int64_t offset_ps, Done done);
   // When the last flow so far left its links (its last byte sent).
   Time last_drained() const { return last_drained_; }
+  // Sets the network and its simulator back to time zero; only when nothing is left to run.
+  void rewind();
 
   // Objects that must live as long as their flows (a collective's plan): held until released.
   void hold(std::shared_ptr<void> owner) { held_.push_back(std::move(owner)); }

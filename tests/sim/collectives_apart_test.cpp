@@ -177,3 +177,23 @@ TEST_CASE("simulation.apart takes on or off", "[network][apart][input]") {
   j["simulation"]["apart"] = "maybe";
   CHECK_THROWS_WITH(parse_scenario(j, "test.json"), Catch::Contains("/simulation/apart") && Catch::Contains("on"));
 }
+
+TEST_CASE("runs apart start the private network's clock from zero: long steps do not overflow it", "[network][apart]") {
+  // Eight disjoint pairs, each all-reduce some 1.5e6 s long: together more than int64 picoseconds
+  // hold (9.2e6 s) had the private clock run on from one batch to the next.
+  const Topology t = build_topology(hgx(2));
+  auto ends = [&](bool apart) {
+    Simulator sim;
+    FlowNetwork net(sim, t);
+    net.set_apart(apart);
+    std::vector<Time> out(8);
+    for (int i = 0; i < 8; ++i)
+      run_collective(net, spec(CollectiveKind::all_reduce, {2 * i, 2 * i + 1}, 6e17 * (1 + 0.01 * i), CollectiveAlgorithm::ring),
+                     [&out, &sim, i] { out[std::size_t(i)] = sim.now(); });
+    sim.run();
+    return out;
+  };
+  const std::vector<Time> on = ends(true), off = ends(false);
+  REQUIRE(off[0].seconds() > 1e6);
+  for (std::size_t i = 0; i < on.size(); ++i) CHECK(on[i].ps() == off[i].ps());
+}
