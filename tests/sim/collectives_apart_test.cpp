@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "hardware/cluster.hpp"
+#include "tests/sim/dgx_cluster.hpp"
 #include "sim/network/collectives.hpp"
 #include "sim/training/step.hpp"
 #include "tools/io/scenario.hpp"
@@ -17,22 +18,7 @@ using namespace scaleout;
 
 namespace {
 
-ClusterSpec hgx(int nodes) {
-  ClusterSpec c;
-  c.generation = GpuGeneration::hopper;
-  c.gpu = "h100-sxm";
-  c.nodes = nodes;
-  c.gpus_per_node = 8;
-  c.node_kind = NodeKind::nvswitch;
-  c.nvlink_bandwidth = BytesPerSecond{900e9};
-  c.nvlink_efficiency = default_nvlink_efficiency(GpuGeneration::hopper);
-  c.nvls = true;
-  c.pcie_bandwidth = BytesPerSecond{64e9};
-  c.nics_per_node = 8;
-  c.nic_bandwidth = BytesPerSecond{50e9};
-  c.switch_radix = 40;
-  return c;
-}
+ClusterSpec hgx(int nodes) { return test::dgx(GpuGeneration::hopper, nodes); }
 
 std::vector<int> iota(int lo, int n) {
   std::vector<int> v(std::size_t(n), 0);

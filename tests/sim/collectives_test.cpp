@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "hardware/cluster.hpp"
+#include "tests/sim/dgx_cluster.hpp"
 #include "sim/network/collective_model.hpp"
 #include "sim/network/collectives.hpp"
 
@@ -13,22 +14,7 @@ using namespace scaleout;
 
 namespace {
 
-ClusterSpec dgx(GpuGeneration gen, int nodes) {
-  ClusterSpec c;
-  c.generation = gen;
-  c.gpu = gen == GpuGeneration::hopper ? "h100-sxm" : "a100-80g";
-  c.nodes = nodes;
-  c.gpus_per_node = 8;
-  c.node_kind = NodeKind::nvswitch;
-  c.nvlink_bandwidth = BytesPerSecond{gen == GpuGeneration::hopper ? 900e9 : 600e9};
-  c.nvlink_efficiency = default_nvlink_efficiency(gen);
-  c.nvls = gen == GpuGeneration::hopper;
-  c.pcie_bandwidth = BytesPerSecond{gen == GpuGeneration::hopper ? 64e9 : 32e9};
-  c.nics_per_node = 8;
-  c.nic_bandwidth = BytesPerSecond{gen == GpuGeneration::hopper ? 50e9 : 25e9};
-  c.switch_radix = 40;
-  return c;
-}
+using test::dgx;
 
 std::vector<int> iota(int lo, int n) {
   std::vector<int> v(std::size_t(n), 0);
