@@ -13,7 +13,7 @@ auto greater = [](const auto& a, const auto& b) { return a > b; };
 
 // An EventId packs the insertion counter (high bits) and the slot (low bits), so a stale id whose
 // slot was reused is recognised and cancel() of it is a no-op.
-EventId EventQueue::push(Time at, int priority, EventFn fn) {
+EventId EventQueue::push(Time at, std::int64_t priority, EventFn fn) {
   std::uint32_t slot;
   if (!free_slots_.empty()) {
     slot = free_slots_.back();

@@ -15,7 +15,7 @@ using EventFn = std::function<void()>;
 
 class EventQueue {
  public:
-  EventId push(Time at, int priority, EventFn fn);
+  EventId push(Time at, std::int64_t priority, EventFn fn);
   bool cancel(EventId id);
   bool empty() const { return live_ == 0; }
   std::size_t size() const { return live_; }
@@ -26,7 +26,7 @@ class EventQueue {
  private:
   struct Key {
     Time at;
-    int priority;
+    std::int64_t priority;
     std::uint64_t seq;
     std::uint32_t slot;
     bool operator>(const Key& o) const {

@@ -12,7 +12,7 @@ void fail_check(const char* expr, const char* file, int line, const std::string&
   throw InternalError(os.str());
 }
 
-EventId Simulator::schedule_at(Time at, EventFn fn, int priority) {
+EventId Simulator::schedule_at(Time at, EventFn fn, std::int64_t priority) {
   SCALEOUT_CHECK(at >= now_, "event scheduled in the past");
   return queue_.push(at, priority, std::move(fn));
 }

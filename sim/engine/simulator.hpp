@@ -12,8 +12,8 @@ namespace scaleout {
 class Simulator {
  public:
   Time now() const { return now_; }
-  EventId schedule_at(Time at, EventFn fn, int priority = 0);
-  EventId schedule_in(Time delay, EventFn fn, int priority = 0) { return schedule_at(now_ + delay, std::move(fn), priority); }
+  EventId schedule_at(Time at, EventFn fn, std::int64_t priority = 0);
+  EventId schedule_in(Time delay, EventFn fn, std::int64_t priority = 0) { return schedule_at(now_ + delay, std::move(fn), priority); }
   bool cancel(EventId id) { return queue_.cancel(id); }
   // Runs events until none is left (or until `limit` is passed); returns the number executed.
   std::uint64_t run(Time limit = Time::max());

@@ -751,6 +751,7 @@ struct Runner {
   bool started = false;
   std::vector<FlowId> flows;  // the current phase's, in the phase's order
   std::function<void()> done;
+  std::int64_t done_priority = 1;  // see run_batch
 
   void flow_done() {
     if (--outstanding == 0) start_next();
@@ -763,8 +764,9 @@ struct Runner {
     if (next == n_phases) {
       auto d = std::move(done);
       FlowNetwork* n = net;
+      const std::int64_t priority = done_priority;
       n->release(this);  // destroys *this
-      if (d) d();
+      if (d) n->simulator().schedule_in(Time::zero(), std::move(d), priority);
       return;
     }
     const Phase& ph = (*phases)[next++];
@@ -778,11 +780,13 @@ struct Runner {
 };
 
 // Starts a run of `phases` from an event at the current time (so that `done` never runs inside
-// the caller).
-Runner* launch(FlowNetwork& net, std::shared_ptr<const std::vector<Phase>> phases, std::function<void()> done) {
+// the caller); `done` runs from an event of `done_priority`.
+Runner* launch(FlowNetwork& net, std::shared_ptr<const std::vector<Phase>> phases, std::function<void()> done,
+               std::int64_t done_priority) {
   auto runner = std::make_shared<Runner>();
   runner->net = &net;
   runner->done = std::move(done);
+  runner->done_priority = done_priority;
   runner->phases = std::move(phases);
   Runner* r = runner.get();
   net.hold(std::move(runner));
@@ -973,6 +977,7 @@ struct PlanMemo {
   std::map<Key, std::shared_ptr<const CollectiveBatch>> plans;  // a batch of the one spec
   std::unique_ptr<Simulator> alone_sim;
   std::unique_ptr<FlowNetwork> alone_net;
+  std::int64_t launches = 0;
 };
 
 PlanMemo& memo_of(FlowNetwork& net) {
@@ -1023,7 +1028,7 @@ void time_alone(FlowNetwork& net, const CollectiveBatch& b) {
   const Time origin = sim.now();
   Time first_end = origin;
   for (std::size_t i = 0; i < b.plans.size(); ++i)
-    launch(alone, b.plans[i], i == 0 ? std::function<void()>([&] { first_end = sim.now(); }) : nullptr);
+    launch(alone, b.plans[i], i == 0 ? std::function<void()>([&] { first_end = sim.now(); }) : nullptr, 1);
   sim.run();
   b.first_end = first_end - origin;
   b.busy_until = max(alone.last_drained(), origin) - origin;
@@ -1035,6 +1040,7 @@ struct AloneRun {
   std::shared_ptr<const CollectiveBatch> batch;
   Time start;
   std::function<void()> done;
+  std::int64_t priority = 1;
   EventId event = 0;
   bool fired = false;
 };
@@ -1052,7 +1058,7 @@ void evict(FlowNetwork& net, AloneRun& x) {
   std::vector<Runner*> runners;
   std::vector<char> finished(plans.size(), 0);
   for (std::size_t i = 0; i < plans.size(); ++i)
-    runners.push_back(launch(alone, plans[i], [&finished, i] { finished[i] = 1; }));
+    runners.push_back(launch(alone, plans[i], [&finished, i] { finished[i] = 1; }, 1));
   if (elapsed > Time::zero()) sim.run(origin + elapsed - Time::from_ps(1));
   const std::int64_t offset = x.start.ps() - origin.ps();
   for (std::size_t i = 0; i < plans.size(); ++i) {
@@ -1060,7 +1066,7 @@ void evict(FlowNetwork& net, AloneRun& x) {
     const Runner& r = *runners[i];
     std::function<void()> done = i == 0 && !x.fired ? std::move(x.done) : nullptr;
     if (!r.started) {
-      launch(net, plans[i], std::move(done));
+      launch(net, plans[i], std::move(done), x.priority);
       continue;
     }
     auto copy = std::make_shared<Runner>();
@@ -1070,6 +1076,7 @@ void evict(FlowNetwork& net, AloneRun& x) {
     copy->outstanding = r.outstanding;
     copy->started = true;
     copy->done = std::move(done);
+    copy->done_priority = x.priority;
     const Phase& ph = (*r.phases)[r.next - 1];
     Runner* self = copy.get();
     for (std::size_t j = 0; j < r.flows.size(); ++j) {
@@ -1081,7 +1088,12 @@ void evict(FlowNetwork& net, AloneRun& x) {
   sim.run();  // the rest, so that the private network is idle again
 }
 
+// A batch's end runs after everything else of its instant that is not another batch's end, and
+// the ends of one instant run in the order the batches were launched: whether a batch ran apart
+// or as flows (whose last delivery is queued when its last byte leaves), one instant's events then
+// run in the same order.
 void run_batch(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& b, std::function<void()> done) {
+  const std::int64_t priority = ++memo_of(net).launches;
   if (net.apart() && !b->links.empty() && net.idle(b->links)) {
     if (!b->timed) time_alone(net, *b);
     Simulator& sim = net.simulator();
@@ -1089,16 +1101,20 @@ void run_batch(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& b
     x->batch = b;
     x->start = sim.now();
     x->done = std::move(done);
-    x->event = sim.schedule_in(b->first_end, [x] {
-      x->fired = true;
-      auto d = std::move(x->done);
-      x->done = nullptr;
-      if (d) d();
-    });
+    x->priority = priority;
+    x->event = sim.schedule_in(
+        b->first_end,
+        [x] {
+          x->fired = true;
+          auto d = std::move(x->done);
+          x->done = nullptr;
+          if (d) d();
+        },
+        priority);
     net.reserve(b->links, sim.now() + b->busy_until, [&net, x] { evict(net, *x); });
     return;
   }
-  for (std::size_t i = 0; i < b->plans.size(); ++i) launch(net, b->plans[i], i == 0 ? std::move(done) : nullptr);
+  for (std::size_t i = 0; i < b->plans.size(); ++i) launch(net, b->plans[i], i == 0 ? std::move(done) : nullptr, priority);
 }
 
 std::shared_ptr<const CollectiveBatch> single(FlowNetwork& net, const CollectiveSpec& spec) {

@@ -38,7 +38,7 @@ class FlowNetwork {
   using Done = std::function<void()>;
   static constexpr double kNoCap = std::numeric_limits<double>::infinity();
   // Runs after every event of the same instant: rates are solved once for all of them.
-  static constexpr int kSolvePriority = std::numeric_limits<int>::max();
+  static constexpr std::int64_t kSolvePriority = std::numeric_limits<std::int64_t>::max();
 
   FlowNetwork(Simulator& sim, const Topology& topo);
   FlowNetwork(const FlowNetwork&) = delete;
