@@ -972,16 +972,49 @@ namespace {
 // (group, size, algorithm) over and over, and its plan (checks, group analysis, the algorithm's
 // choice, every flow's route) depends on nothing else. And a network of its own, idle between
 // uses, where batches run alone.
+// A batch run apart while its links stay its own: one event for its first collective's end.
+struct AloneRun {
+  std::shared_ptr<const CollectiveBatch> batch;
+  Time start, until;  // until: its links' reservation
+  std::function<void()> done;
+  std::int64_t priority = 1;
+  EventId event = 0;
+  bool fired = false;
+};
+
 struct PlanMemo {
   using Key = std::tuple<int, std::vector<int>, double, int, int, int, int>;
   std::map<Key, std::shared_ptr<const CollectiveBatch>> plans;  // a batch of the one spec
   std::unique_ptr<Simulator> alone_sim;
   std::unique_ptr<FlowNetwork> alone_net;
   std::int64_t launches = 0;
+  Simulator* sim = nullptr;  // the network's
+  // Runs apart in flight, by slot (their events and reservations name the slot: no allocation per
+  // collective); a slot is free once the run's end has fired and its reservation lapsed, or it was
+  // evicted.
+  std::vector<AloneRun> runs;
+  std::vector<std::uint32_t> free_runs;
+  std::uint32_t new_run() {
+    if (!free_runs.empty()) {
+      const std::uint32_t s = free_runs.back();
+      free_runs.pop_back();
+      return s;
+    }
+    runs.emplace_back();
+    return std::uint32_t(runs.size() - 1);
+  }
+  void free_run(std::uint32_t s) {
+    runs[s] = AloneRun{};
+    free_runs.push_back(s);
+  }
 };
 
 PlanMemo& memo_of(FlowNetwork& net) {
-  if (!net.memo()) net.memo() = std::make_shared<PlanMemo>();
+  if (!net.memo()) {
+    auto m = std::make_shared<PlanMemo>();
+    m->sim = &net.simulator();
+    net.memo() = std::move(m);
+  }
   return *static_cast<PlanMemo*>(net.memo().get());
 }
 
@@ -1035,19 +1068,12 @@ void time_alone(FlowNetwork& net, const CollectiveBatch& b) {
   b.timed = true;
 }
 
-// A batch run apart while its links stay its own: one event for its first collective's end.
-struct AloneRun {
-  std::shared_ptr<const CollectiveBatch> batch;
-  Time start;
-  std::function<void()> done;
-  std::int64_t priority = 1;
-  EventId event = 0;
-  bool fired = false;
-};
-
 // A flow came onto the links of a batch run apart: replay the batch alone up to just before now
 // and carry its unfinished runs, with their flows as they are, onto the network.
-void evict(FlowNetwork& net, AloneRun& x) {
+void evict(FlowNetwork& net, std::uint32_t slot) {
+  PlanMemo& memo = memo_of(net);
+  AloneRun x = std::move(memo.runs[slot]);
+  memo.free_run(slot);
   if (!x.fired) net.simulator().cancel(x.event);
   FlowNetwork& alone = alone_network(net);
   alone.rewind();
@@ -1097,21 +1123,26 @@ void run_batch(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& b
   if (net.apart() && !b->links.empty() && net.idle(b->links)) {
     if (!b->timed) time_alone(net, *b);
     Simulator& sim = net.simulator();
-    auto x = std::make_shared<AloneRun>();
-    x->batch = b;
-    x->start = sim.now();
-    x->done = std::move(done);
-    x->priority = priority;
-    x->event = sim.schedule_in(
+    PlanMemo& memo = memo_of(net);
+    const std::uint32_t slot = memo.new_run();
+    AloneRun& x = memo.runs[slot];
+    x.batch = b;
+    x.start = sim.now();
+    x.until = sim.now() + b->busy_until;
+    x.done = std::move(done);
+    x.priority = priority;
+    x.event = sim.schedule_in(
         b->first_end,
-        [x] {
-          x->fired = true;
-          auto d = std::move(x->done);
-          x->done = nullptr;
+        [m = &memo, slot] {
+          AloneRun& r = m->runs[slot];
+          r.fired = true;
+          auto d = std::move(r.done);
+          r.done = nullptr;
+          if (m->sim->now() >= r.until) m->free_run(slot);  // else its reservation may still evict it
           if (d) d();
         },
         priority);
-    net.reserve(b->links, sim.now() + b->busy_until, [&net, x] { evict(net, *x); });
+    net.reserve(b->links, x.until, [&net, slot] { evict(net, slot); });
     return;
   }
   for (std::size_t i = 0; i < b->plans.size(); ++i) launch(net, b->plans[i], i == 0 ? std::move(done) : nullptr, priority);
