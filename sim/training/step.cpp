@@ -145,7 +145,12 @@ struct Chunk {
 // The tape of each virtual stage, built once for a step (and for both windows of an
 // extrapolated one): it depends on the model, the training recipe and the stage, not on the
 // rank or the number of micro-batches.
-using TapeCache = std::map<std::int64_t, Tape>;
+// So are the plans made of them (one book per tape: they do not depend on the number of
+// micro-batches either).
+struct TapeCache {
+  std::map<std::int64_t, Tape> tapes;
+  std::map<const Tape*, std::shared_ptr<ChunkPlanner::Book>> books;
+};
 
 struct RankState {
   StreamId streams[5];
@@ -806,7 +811,6 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     return id;
   };
 
-  std::map<const Tape*, std::shared_ptr<ChunkPlanner::Book>> books;
   // Build each stage's chunks.
   for (int rr = 0; rr < nranks; ++rr) {
     const std::int64_t s = stage_of(rr);
@@ -833,7 +837,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
       st.ep = par.ep;
       // Gathered weights arrive in the compute dtype (the gather below moves them so).
       st.weights_gathered_in_compute_dtype = gather_params;
-      auto [pos, fresh] = tapes.try_emplace(vs);
+      auto [pos, fresh] = tapes.tapes.try_emplace(vs);
       if (fresh) {
         pos->second = build_step_tape(cfg.model, tr, st);
         // Every micro-batch runs these kernels again: their times are worked out once.
@@ -849,7 +853,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     }
     for (auto& ch : rs.chunks) {
       // Every rank of a (virtual) stage plans the same passes: one book of plans per tape.
-      auto& book = books[ch.tape];
+      auto& book = tapes.books[ch.tape];
       if (!book) book = std::make_shared<ChunkPlanner::Book>();
       ch.planner = std::make_unique<ChunkPlanner>(*ch.tape, tr, shard, book);
     }
