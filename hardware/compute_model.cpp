@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 namespace scaleout {
 
@@ -76,12 +77,15 @@ GemmPlan ComputeModel::gemm_plan(const GemmShape& g, Dtype d) const {
   const double sms = std::max(1, gpu_.sms);
   const double p_wq = profile_.wave_quantization;
   best.time_s = 1e300;
-  for (const GemmTile& tile : profile_.tiles) {
+  const bool one_tile = !aligned && profile_.gemm_unaligned_tile.m > 0 && profile_.gemm_unaligned_tile.n > 0;
+  const std::span<const GemmTile> candidates =
+      one_tile ? std::span<const GemmTile>(&profile_.gemm_unaligned_tile, 1) : std::span<const GemmTile>(profile_.tiles);
+  for (const GemmTile& tile : candidates) {
     const double tiles = std::ceil(double(g.m) / tile.m) * std::ceil(double(g.n) / tile.n) * double(g.batch);
     // Split-K: when the tiles leave SMs idle, cut the reduction across them (partial sums in fp32).
     const double max_split =
         profile_.split_k(d) ? std::max(1.0, std::min(std::floor(sms / tiles), std::floor(double(g.k) / 256.0))) : 1.0;
-    for (double split = 1; split <= max_split; split *= 2) {
+    for (double split = 1; split <= max_split; split += 1) {
       const double k = std::ceil(double(g.k) / split);
       const double exact = tiles * split / sms;
       const double waves = std::max(1.0, p_wq * std::ceil(exact) + (1.0 - p_wq) * exact);

@@ -53,6 +53,11 @@ struct ComputeProfile {
     const double v = gemm_unaligned_efficiency_by_dtype[static_cast<std::size_t>(d)];
     return v > 0 ? v : gemm_unaligned_efficiency;
   }
+  // The one tile an unaligned GEMM runs with, where measured (m = 0: chosen among `tiles` like
+  // any other): cuBLASLt has no choice of tile shape for these, so their last wave is as empty
+  // as that tile leaves it. The harness records the heuristic's wave count; the fit reads the tile
+  // off it.
+  GemmTile gemm_unaligned_tile{0, 0, 1.0};
   // How strictly tiles run in whole waves: 1 = ceil(tiles / SMs) (classic data-parallel
   // kernels), 0 = fractional (stream-K / persistent kernels that balance the last wave).
   double wave_quantization = 1.0;

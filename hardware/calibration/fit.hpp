@@ -22,6 +22,10 @@ namespace scaleout {
 struct KernelMeasurement {
   Kernel kernel;
   double seconds = 0;
+  // GEMMs, where the harness recorded them: cuBLASLt's wave count for its chosen algorithm
+  // (tiles x split-K / SMs) and whether that algorithm asked for a workspace (split-K).
+  double waves = -1;
+  bool workspace = false;
 };
 
 struct FitStats {

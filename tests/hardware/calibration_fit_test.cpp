@@ -2,6 +2,7 @@
 // malformed measurements file is refused with its JSON path.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -155,6 +156,38 @@ TEST_CASE("the fit finds how math and streaming overlap near the ridge point", "
   CHECK(overlap(2.0, 2.0, 2.0) == Approx(2.0 * std::sqrt(2.0)));
 }
 
+TEST_CASE("the fit reads the unaligned GEMMs' one tile off their wave counts", "[hardware][calibration]") {
+  // cuBLASLt runs unaligned GEMMs with one tile shape; the harness records the heuristic's wave
+  // count (tiles / SMs without split-K). Synthetic rows from a truth with a 128 x 256 unaligned
+  // tile: the fit finds the tile, and with it the unaligned efficiency.
+  const GpuSpec gpu = load_gpu("h200");
+  ComputeProfile truth = default_profile(gpu);
+  truth.gemm_unaligned_tile = {128, 256, 1.0};
+  truth.gemm_unaligned_efficiency_by_dtype[static_cast<std::size_t>(Dtype::bf16)] = 0.2;
+  const ComputeModel cm(gpu, truth);
+  std::vector<KernelMeasurement> rows;
+  for (std::int64_t h : {1024, 2048, 4096, 8192})
+    for (auto [m, n, k] : {std::tuple{std::int64_t(4096), 3 * h, h}, {16384, h, 4 * h}, {1000, h + 1, 777}, {4095, h + 1, h - 3},
+                           {2047, 2 * h + 1, h + 1}, {3001, h - 1, 3001}}) {
+      Kernel g;
+      g.kind = KernelKind::gemm;
+      g.dtype = Dtype::bf16;
+      g.gemm = GemmShape{m, n, k, 1};
+      KernelMeasurement row{g, cm.time(g).seconds()};
+      // The wave count cuBLASLt reports: the truth's tile for unaligned rows, no split-K.
+      row.waves = std::ceil(double(m) / 128) * std::ceil(double(n) / 256) / gpu.sms;
+      rows.push_back(row);
+    }
+  const FitReport rep = fit_profile(gpu, rows, default_profile(gpu));
+  CHECK(rep.profile.gemm_unaligned_tile.m == 128);
+  CHECK(rep.profile.gemm_unaligned_tile.n == 256);
+  CHECK(rep.profile.unaligned_eff(Dtype::bf16) == Approx(0.2).epsilon(0.03));
+  CHECK(rep.gemm.worst_rel_error < 0.03);
+  // Without wave counts there is nothing to read it from: the tiles are chosen among as before.
+  for (auto& r : rows) r.waves = -1;
+  CHECK(fit_profile(gpu, rows, default_profile(gpu)).profile.gemm_unaligned_tile.m == 0);
+}
+
 TEST_CASE("a malformed measurements file is refused with the JSON path", "[hardware][calibration]") {
   const std::string file = "malformed_measurements.json";
   auto write = [&](const char* text) { std::ofstream(file) << text; };
@@ -175,6 +208,9 @@ TEST_CASE("a malformed measurements file is refused with the JSON path", "[hardw
   CHECK(error().find("/measurements/0/kind: expected gemm") != std::string::npos);
   write(R"({"schema": "scaleout-measurements/1", "gpu": {}, "measurements": []})");
   CHECK(error().find("/gpu/name") != std::string::npos);
+  write(R"({"schema": "scaleout-measurements/1", "gpu": {"name": "x"},
+            "measurements": [{"kind": "gemm", "dtype": "bf16", "m": 64, "n": 64, "k": 64, "time_s": 1e-5, "waves": "many"}]})");
+  CHECK(error() == file + ": /measurements/0/waves: expected a non-negative number");
   write("{not json");
   CHECK(error().find("invalid JSON") != std::string::npos);
   std::remove(file.c_str());

@@ -1,6 +1,8 @@
 // The compute model against closed forms.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "hardware/compute_model.hpp"
 #include "tools/io/scenario.hpp"
 #include "tools/io/units_parse.hpp"
@@ -110,4 +112,37 @@ TEST_CASE("flash attention: causal halves the forward, backward is 2.5 times", "
   a.causal = true;
   CHECK(a.fwd_flops() == Approx(full / 2));
   CHECK(a.bwd_flops() == Approx(2.5 * full / 2));
+}
+
+TEST_CASE("split-K takes any number of slices, not only powers of two", "[hardware]") {
+  // 44 tiles (128 x 256 of a 1408 x 1024 output) on 132 SMs: three slices fill every SM once,
+  // where two leave a third idle (and more than three would need a second wave). cuBLASLt reports such splits (the
+  // harness's 3001^3 bf16 row: 288 tiles, 6.55 waves, i.e. split 3).
+  const GpuSpec h200 = load_gpu("h200");
+  ComputeProfile p = default_profile(h200);
+  p.tiles = {{128, 256, 1.0}};
+  p.wave_quantization = 1.0;
+  const GemmPlan plan = ComputeModel(h200, p).gemm_plan({1408, 1024, 16384, 1}, Dtype::bf16);
+  // One wave of 132 CTAs, each a tile over a third of k.
+  const double tile_flops = 2.0 * 128 * 256 * std::ceil(16384.0 / 3);
+  CHECK(plan.work_s == Approx(tile_flops / (h200.peak(Dtype::bf16).value / h200.sms)).epsilon(1e-9));
+}
+
+TEST_CASE("an unaligned GEMM runs the profile's one unaligned tile", "[hardware]") {
+  // 1000 x 3000 with k = 777 (unaligned): 8 x 12 = 96 tiles of 128 x 256 leave 36 of 132 SMs idle
+  // in its one wave; free to choose, the model would fill them with smaller tiles.
+  const GpuSpec h200 = load_gpu("h200");
+  ComputeProfile p = default_profile(h200);
+  const double free_choice = ComputeModel(h200, p).gemm_time({1000, 3000, 777, 1}, Dtype::bf16).seconds();
+  p.gemm_unaligned_tile = {128, 256, 1.0};
+  const GemmPlan one = ComputeModel(h200, p).gemm_plan({1000, 3000, 777, 1}, Dtype::bf16);
+  CHECK(one.time_s > free_choice);
+  p.tiles = {{128, 256, 1.0}};
+  p.gemm_unaligned_tile = {0, 0, 1.0};
+  CHECK(ComputeModel(h200, p).gemm_plan({1000, 3000, 777, 1}, Dtype::bf16).time_s == Approx(one.time_s));
+  // Aligned shapes still choose among the tiles.
+  ComputeProfile q = default_profile(h200);
+  q.gemm_unaligned_tile = {128, 256, 1.0};
+  CHECK(ComputeModel(h200, q).gemm_time({1024, 3072, 768, 1}, Dtype::bf16) ==
+        ComputeModel(h200, default_profile(h200)).gemm_time({1024, 3072, 768, 1}, Dtype::bf16));
 }

@@ -59,6 +59,8 @@ std::vector<KernelMeasurement> read_measurements(const std::string& file, std::s
       // The harness's row-major layouts: "tn" and "tt" transpose A (its leading dimension is m).
       const std::string layout = m.value("layout", std::string("nn"));
       km.kernel.gemm.a_transposed = !layout.empty() && layout[0] == 't';
+      if (m.contains("waves")) km.waves = num("waves");
+      if (m.contains("workspace_bytes")) km.workspace = num("workspace_bytes") > 0;
     } else if (kind == "attention") {
       if (!attention_impl.empty() && m.value("impl", std::string()) != attention_impl) continue;
       const std::string pass = str("pass");
@@ -365,7 +367,7 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
   std::snprintf(lat, sizeof lat, "%.3f us", p.kernel_latency.us());
   std::snprintf(slat, sizeof slat, "%.3f us", p.gemm_stream_ramp.us());
   std::snprintf(rlat, sizeof rlat, "%.3f us", p.reduction_latency.us());
-  const Json out = {
+  Json out = {
       {"name", zoo + "-calibrated"},
       {"measured_on", measured_on},
       {"source", "scaleout calibrate fit " + o.measurements},
@@ -395,6 +397,7 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
          return sk;
        }()},
       {"tiles", tiles},
+
       {"memory_efficiency", p.memory_efficiency},
       {"kernel_latency", lat},
       {"reduction_efficiency", p.reduction_efficiency},
@@ -405,6 +408,7 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
       {"fit", {{"gemm", stats(rep.gemm)}, {"memory", stats(rep.memory)}, {"attention", stats(rep.attention)},
                {"notes", rep.notes}}},
   };
+  if (p.gemm_unaligned_tile.m > 0) out["gemm_unaligned_tile"] = {{"m", p.gemm_unaligned_tile.m}, {"n", p.gemm_unaligned_tile.n}};
   char buf[256];
   for (const auto& [name, s] : {std::pair{"GEMM", rep.gemm}, {"memory-bound", rep.memory}, {"attention", rep.attention}}) {
     std::snprintf(buf, sizeof buf, "%-13s fitted %4zu, held out %4zu: median error %5.1f%%, worst %5.1f%%\n", name,

@@ -245,6 +245,13 @@ ComputeProfile parse_profile(const Json& j, const std::string& file, const std::
   } else {
     r.ignore("gemm_unaligned_efficiency_by_dtype");
   }
+  if (r.has("gemm_unaligned_tile")) {
+    JsonReader tr = r.object("gemm_unaligned_tile");
+    p.gemm_unaligned_tile.m = static_cast<int>(tr.integer("m", 1, 4096));
+    p.gemm_unaligned_tile.n = static_cast<int>(tr.integer("n", 1, 4096));
+    p.gemm_unaligned_tile.efficiency = 1.0;
+    tr.finish();
+  }
   if (r.has("tiles")) {
     const Json& t = r.raw("tiles");
     if (!t.is_array() || t.empty()) r.fail("tiles", "expected a non-empty array of {m, n, efficiency}");
