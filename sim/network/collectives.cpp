@@ -980,6 +980,7 @@ struct AloneRun {
   std::int64_t priority = 1;
   EventId event = 0;
   bool fired = false;
+  std::uint32_t generation = 0;  // of its slot: counts the runs the slot has held
 };
 
 struct PlanMemo {
@@ -1004,7 +1005,9 @@ struct PlanMemo {
     return std::uint32_t(runs.size() - 1);
   }
   void free_run(std::uint32_t s) {
+    const std::uint32_t g = runs[s].generation + 1;
     runs[s] = AloneRun{};
+    runs[s].generation = g;
     free_runs.push_back(s);
   }
 };
@@ -1138,7 +1141,14 @@ void run_batch(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& b
           r.fired = true;
           auto d = std::move(r.done);
           r.done = nullptr;
-          if (m->sim->now() >= r.until) m->free_run(slot);  // else its reservation may still evict it
+          if (m->sim->now() >= r.until) {
+            m->free_run(slot);
+          } else {
+            // A shadow still runs: the reservation may still evict it, until it lapses.
+            m->sim->schedule_at(r.until, [m, slot, g = r.generation] {
+              if (m->runs[slot].generation == g) m->free_run(slot);
+            });
+          }
           if (d) d();
         },
         priority);

@@ -211,6 +211,12 @@ TEST_CASE("a malformed measurements file is refused with the JSON path", "[hardw
   write(R"({"schema": "scaleout-measurements/1", "gpu": {"name": "x"},
             "measurements": [{"kind": "gemm", "dtype": "bf16", "m": 64, "n": 64, "k": 64, "time_s": 1e-5, "waves": "many"}]})");
   CHECK(error() == file + ": /measurements/0/waves: expected a non-negative number");
+  // null: a value the harness could not read (non-finite), taken as absent.
+  write(R"({"schema": "scaleout-measurements/1", "gpu": {"name": "x"},
+            "measurements": [{"kind": "gemm", "dtype": "bf16", "m": 64, "n": 64, "k": 64, "time_s": 1e-5, "waves": null,
+                              "workspace_bytes": null}]})");
+  REQUIRE(read_measurements(file).size() == 1);
+  CHECK(read_measurements(file).front().waves < 0);
   write("{not json");
   CHECK(error().find("invalid JSON") != std::string::npos);
   std::remove(file.c_str());

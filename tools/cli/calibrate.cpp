@@ -59,8 +59,9 @@ std::vector<KernelMeasurement> read_measurements(const std::string& file, std::s
       // The harness's row-major layouts: "tn" and "tt" transpose A (its leading dimension is m).
       const std::string layout = m.value("layout", std::string("nn"));
       km.kernel.gemm.a_transposed = !layout.empty() && layout[0] == 't';
-      if (m.contains("waves")) km.waves = num("waves");
-      if (m.contains("workspace_bytes")) km.workspace = num("workspace_bytes") > 0;
+      // null: the harness could not read it (a non-finite value); absent alike.
+      if (m.contains("waves") && !m["waves"].is_null()) km.waves = num("waves");
+      if (m.contains("workspace_bytes") && !m["workspace_bytes"].is_null()) km.workspace = num("workspace_bytes") > 0;
     } else if (kind == "attention") {
       if (!attention_impl.empty() && m.value("impl", std::string()) != attention_impl) continue;
       const std::string pass = str("pass");
