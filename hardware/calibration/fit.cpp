@@ -120,35 +120,36 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
     for (const auto* m : gemm_fit)
       if (!aligned(*m) && m->waves > 0 && !m->workspace) with_waves.push_back(m);
     const double sms = std::max(1, gpu.sms);
-    std::size_t best = 0, tied = 0;
-    double best_dev = 1e300;
-    GemmTile best_tile{0, 0, 1.0};
+    struct Candidate {
+      GemmTile tile;
+      std::size_t hits = 0;
+      double dev = 0;
+    };
+    std::vector<Candidate> candidates;
     for (int tm : {64, 128, 256})
       for (int tn : {64, 128, 256}) {
-        std::size_t hits = 0;
-        double dev = 0;
+        Candidate c{{tm, tn, 1.0}};
         for (const auto* m : with_waves) {
           const auto& g = m->kernel.gemm;
           const double tiles = std::ceil(double(g.m) / tm) * std::ceil(double(g.n) / tn) * double(g.batch);
           const double off = std::fabs(tiles / sms - m->waves);
-          if (off <= 0.005 * std::max(1.0, m->waves)) ++hits;
-          dev += off / std::max(m->waves, 1e-9);
+          if (off <= 0.005 * std::max(1.0, m->waves)) ++c.hits;
+          c.dev += off / std::max(m->waves, 1e-9);
         }
-        if (hits > best || (hits == best && hits > 0 && dev < best_dev)) {
-          tied = hits == best ? tied + 1 : 0;
-          best = hits;
-          best_dev = dev;
-          best_tile = {tm, tn, 1.0};
-        } else if (hits == best && hits > 0) {
-          ++tied;
-        }
+        candidates.push_back(c);
       }
+    const Candidate& top = *std::min_element(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+      return a.hits != b.hits ? a.hits > b.hits : a.dev < b.dev;
+    });
+    const std::size_t best = top.hits;
+    const GemmTile best_tile = top.tile;
+    const bool tied = std::count_if(candidates.begin(), candidates.end(), [&](const Candidate& c) { return c.hits == best; }) > 1;
     if (best >= 3 && 3 * best >= 2 * with_waves.size()) {
       p.gemm_unaligned_tile = best_tile;
       rep.notes.push_back("unaligned GEMMs run one tile, " + std::to_string(best_tile.m) + " x " + std::to_string(best_tile.n) +
                           " (it gives " + std::to_string(best) + " of " + std::to_string(with_waves.size()) +
                           " measured wave counts" +
-                          (tied > 0 ? std::string(", as many as another shape; its misses lie closer") : std::string()) + ")");
+                          (tied ? std::string(", as many as another shape; its misses lie closer") : std::string()) + ")");
     } else if (!with_waves.empty()) {
       rep.notes.push_back("no one tile gives the unaligned GEMMs' wave counts; unaligned GEMMs choose among the tiles");
     }

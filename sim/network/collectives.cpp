@@ -751,7 +751,7 @@ struct Runner {
   bool started = false;
   std::vector<FlowId> flows;  // the current phase's, in the phase's order
   std::function<void()> done;
-  std::int64_t done_priority = 1;  // see run_batch
+  std::int64_t done_priority = 1;  // see run_collectives
 
   void flow_done() {
     if (--outstanding == 0) start_next();
@@ -968,10 +968,6 @@ struct CollectiveBatch {
 };
 
 namespace {
-// The plans of the collectives run on one network, by spec: a step launches the same collective
-// (group, size, algorithm) over and over, and its plan (checks, group analysis, the algorithm's
-// choice, every flow's route) depends on nothing else. And a network of its own, idle between
-// uses, where batches run alone.
 // A batch run apart while its links stay its own: one event for its first collective's end.
 struct AloneRun {
   std::shared_ptr<const CollectiveBatch> batch;
@@ -983,6 +979,10 @@ struct AloneRun {
   std::uint32_t generation = 0;  // of its slot: counts the runs the slot has held
 };
 
+// The plans of the collectives run on one network, by spec: a step launches the same collective
+// (group, size, algorithm) over and over, and its plan (checks, group analysis, the algorithm's
+// choice, every flow's route) depends on nothing else. And a network of its own, idle between
+// uses, where batches run alone.
 struct PlanMemo {
   using Key = std::tuple<int, std::vector<int>, double, int, int, int, int>;
   std::map<Key, std::shared_ptr<const CollectiveBatch>> plans;  // a batch of the one spec
@@ -1021,12 +1021,15 @@ PlanMemo& memo_of(FlowNetwork& net) {
   return *static_cast<PlanMemo*>(net.memo().get());
 }
 
+// The private network, idle and at time zero (its clock would otherwise add up every batch's run
+// and could pass what picoseconds in 64 bits hold, where the step does not).
 FlowNetwork& alone_network(FlowNetwork& net) {
   PlanMemo& m = memo_of(net);
   if (!m.alone_net) {
     m.alone_sim = std::make_unique<Simulator>();
     m.alone_net = std::make_unique<FlowNetwork>(*m.alone_sim, net.topology());
   }
+  m.alone_net->rewind();
   return *m.alone_net;
 }
 
@@ -1055,19 +1058,16 @@ std::shared_ptr<CollectiveBatch> batch_of(std::vector<std::shared_ptr<const std:
   return b;
 }
 
-// The batch alone on the private network (from time zero: its clock would otherwise add up every
-// batch's run and could pass what picoseconds in 64 bits hold, where the step does not).
+// The batch alone on the private network, from time zero.
 void time_alone(FlowNetwork& net, const CollectiveBatch& b) {
   FlowNetwork& alone = alone_network(net);
-  alone.rewind();
   Simulator& sim = alone.simulator();
-  const Time origin = sim.now();
-  Time first_end = origin;
+  Time first_end;
   for (std::size_t i = 0; i < b.plans.size(); ++i)
     launch(alone, b.plans[i], i == 0 ? std::function<void()>([&] { first_end = sim.now(); }) : nullptr, 1);
   sim.run();
-  b.first_end = first_end - origin;
-  b.busy_until = max(alone.last_drained(), origin) - origin;
+  b.first_end = first_end;
+  b.busy_until = alone.last_drained();
   b.timed = true;
 }
 
@@ -1079,17 +1079,15 @@ void evict(FlowNetwork& net, std::uint32_t slot) {
   memo.free_run(slot);
   if (!x.fired) net.simulator().cancel(x.event);
   FlowNetwork& alone = alone_network(net);
-  alone.rewind();
   Simulator& sim = alone.simulator();
-  const Time origin = sim.now();
   const Time elapsed = net.simulator().now() - x.start;
   const auto& plans = x.batch->plans;
   std::vector<Runner*> runners;
   std::vector<char> finished(plans.size(), 0);
   for (std::size_t i = 0; i < plans.size(); ++i)
     runners.push_back(launch(alone, plans[i], [&finished, i] { finished[i] = 1; }, 1));
-  if (elapsed > Time::zero()) sim.run(origin + elapsed - Time::from_ps(1));
-  const std::int64_t offset = x.start.ps() - origin.ps();
+  if (elapsed > Time::zero()) sim.run(elapsed - Time::from_ps(1));
+  const std::int64_t offset = x.start.ps();  // the replay started at zero
   for (std::size_t i = 0; i < plans.size(); ++i) {
     if (finished[i]) continue;
     const Runner& r = *runners[i];
@@ -1117,16 +1115,19 @@ void evict(FlowNetwork& net, std::uint32_t slot) {
   sim.run();  // the rest, so that the private network is idle again
 }
 
+}  // namespace
+
 // A batch's end runs after everything else of its instant that is not another batch's end, and
 // the ends of one instant run in the order the batches were launched: whether a batch ran apart
 // or as flows (whose last delivery is queued when its last byte leaves), one instant's events then
 // run in the same order.
-void run_batch(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& b, std::function<void()> done) {
-  const std::int64_t priority = ++memo_of(net).launches;
+
+void run_collectives(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& b, std::function<void()> done) {
+  PlanMemo& memo = memo_of(net);
+  const std::int64_t priority = ++memo.launches;
   if (net.apart() && !b->links.empty() && net.idle(b->links)) {
     if (!b->timed) time_alone(net, *b);
     Simulator& sim = net.simulator();
-    PlanMemo& memo = memo_of(net);
     const std::uint32_t slot = memo.new_run();
     AloneRun& x = memo.runs[slot];
     x.batch = b;
@@ -1158,6 +1159,7 @@ void run_batch(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& b
   for (std::size_t i = 0; i < b->plans.size(); ++i) launch(net, b->plans[i], i == 0 ? std::move(done) : nullptr, priority);
 }
 
+namespace {
 std::shared_ptr<const CollectiveBatch> single(FlowNetwork& net, const CollectiveSpec& spec) {
   auto& plans = memo_of(net).plans;
   const PlanMemo::Key key{int(spec.kind), spec.ranks, spec.bytes, spec.algorithm ? int(*spec.algorithm) : -1,
@@ -1169,17 +1171,13 @@ std::shared_ptr<const CollectiveBatch> single(FlowNetwork& net, const Collective
 }  // namespace
 
 void run_collective(FlowNetwork& net, const CollectiveSpec& spec, std::function<void()> done) {
-  run_batch(net, single(net, spec), std::move(done));
+  run_collectives(net, single(net, spec), std::move(done));
 }
 
 std::shared_ptr<const CollectiveBatch> prepare_collectives(FlowNetwork& net, const std::vector<CollectiveSpec>& specs) {
   std::vector<std::shared_ptr<const std::vector<Phase>>> plans;
   for (const CollectiveSpec& s : specs) plans.push_back(single(net, s)->plans.front());
   return batch_of(std::move(plans));
-}
-
-void run_collectives(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& batch, std::function<void()> done) {
-  run_batch(net, batch, std::move(done));
 }
 
 double time_collective(const Topology& topo, const CollectiveSpec& spec, CollectiveChoice* choice) {

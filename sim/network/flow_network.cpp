@@ -20,6 +20,24 @@ FlowNetwork::FlowNetwork(Simulator& sim, const Topology& topo) : sim_(sim), topo
   link_res_.resize(n);
 }
 
+std::uint32_t FlowNetwork::new_flow(std::span<const LinkId> links, double remaining, double rate, double cap, Time updated,
+                                    Time latency, State state, Done done) {
+  const std::uint32_t s = allocate();
+  Flow& f = flows_[s];
+  f.remaining = remaining;
+  f.rate = rate;
+  f.cap = cap;
+  f.updated = updated;
+  f.latency = latency;
+  f.event = kNoEvent;
+  f.state = state;
+  flow_links_[s].assign(links.begin(), links.end());
+  done_[s] = std::move(done);
+  ++started_;
+  ++active_;
+  return s;
+}
+
 std::uint32_t FlowNetwork::allocate() {
   if (!free_slots_.empty()) {
     const std::uint32_t s = free_slots_.back();
@@ -55,19 +73,8 @@ FlowId FlowNetwork::start(std::span<const LinkId> links, double bytes, Time late
   SCALEOUT_CHECK(bytes >= 0 && std::isfinite(bytes), "flow network: bytes must be finite and non-negative");
   SCALEOUT_CHECK(rate_cap > 0, "flow network: rate cap must be positive");
   evict_reservations(links);
-  const std::uint32_t s = allocate();
+  const std::uint32_t s = new_flow(links, bytes, 0, rate_cap, sim_.now(), latency, State::active, std::move(done));
   Flow& f = flows_[s];
-  f.remaining = bytes;
-  f.rate = 0;
-  f.cap = rate_cap;
-  f.updated = sim_.now();
-  f.latency = latency;
-  f.event = kNoEvent;
-  f.state = State::active;
-  flow_links_[s].assign(links.begin(), links.end());
-  done_[s] = std::move(done);
-  ++started_;
-  ++active_;
   const std::uint32_t gen = f.generation;
   if (links.empty() || bytes <= 0) {
     // Nothing to share: a local copy or an empty message only waits for the latency.
@@ -269,13 +276,22 @@ void FlowNetwork::rewind() {
   last_drained_ = Time::zero();
 }
 
+bool FlowNetwork::reserved(LinkId l) const {
+  const LinkReservation& r = link_res_[l];
+  return r.until > sim_.now() && reservations_[r.slot].live && reservations_[r.slot].generation == r.generation;
+}
+
+void FlowNetwork::free_reservation(std::uint32_t slot) {
+  Reservation& r = reservations_[slot];
+  r.live = false;
+  r.evict = nullptr;
+  ++r.generation;  // its links' entries and its expiry entry no longer match it
+  free_res_.push_back(slot);
+}
+
 bool FlowNetwork::idle(std::span<const LinkId> links) const {
-  const Time now = sim_.now();
-  for (LinkId l : links) {
-    if (!on_link_[l].empty()) return false;
-    const LinkReservation& r = link_res_[l];
-    if (r.until > now && reservations_[r.slot].live && reservations_[r.slot].generation == r.generation) return false;
-  }
+  for (LinkId l : links)
+    if (!on_link_[l].empty() || reserved(l)) return false;
   return true;
 }
 
@@ -287,13 +303,7 @@ void FlowNetwork::reserve(std::span<const LinkId> links, Time until, std::functi
     const auto [t, slot, gen] = res_expiry_.front();
     std::pop_heap(res_expiry_.begin(), res_expiry_.end(), std::greater<>());
     res_expiry_.pop_back();
-    Reservation& r = reservations_[slot];
-    if (r.live && r.generation == gen) {
-      r.live = false;
-      r.evict = nullptr;
-      ++r.generation;
-      free_res_.push_back(slot);
-    }
+    if (reservations_[slot].live && reservations_[slot].generation == gen) free_reservation(slot);
   }
   std::uint32_t slot;
   if (!free_res_.empty()) {
@@ -316,18 +326,11 @@ void FlowNetwork::reserve(std::span<const LinkId> links, Time until, std::functi
 }
 
 void FlowNetwork::evict_reservations(std::span<const LinkId> links) {
-  const Time now = sim_.now();
   for (LinkId l : links) {
-    if (l >= link_res_.size()) continue;  // start() reports unknown links
-    const LinkReservation lr = link_res_[l];
-    if (lr.until <= now) continue;
-    Reservation& r = reservations_[lr.slot];
-    if (!r.live || r.generation != lr.generation) continue;
-    auto evict = std::move(r.evict);
-    r.evict = nullptr;
-    r.live = false;
-    ++r.generation;
-    free_res_.push_back(lr.slot);  // its expiry entry no longer matches the generation
+    if (l >= link_res_.size() || !reserved(l)) continue;  // start() reports unknown links
+    const std::uint32_t slot = link_res_[l].slot;
+    auto evict = std::move(reservations_[slot].evict);
+    free_reservation(slot);
     if (evict) evict();
   }
 }
@@ -352,20 +355,9 @@ FlowNetwork::Snapshot FlowNetwork::snapshot(FlowId id) const {
 FlowId FlowNetwork::adopt(std::span<const LinkId> links, const Snapshot& snap, std::int64_t offset_ps, Done done) {
   SCALEOUT_CHECK(snap.live, "flow network: adopting a finished flow");
   const auto shift = [offset_ps](Time t) { return Time::from_ps(t.ps() + offset_ps); };
-  const std::uint32_t s = allocate();
-  Flow& f = flows_[s];
-  f.remaining = snap.remaining;
-  f.rate = snap.rate;
-  f.cap = snap.cap;
-  f.updated = shift(snap.updated);
-  f.latency = snap.latency;
-  f.event = kNoEvent;
-  f.state = snap.delivering ? State::delivering : State::active;
-  flow_links_[s].assign(links.begin(), links.end());
-  done_[s] = std::move(done);
-  ++started_;
-  ++active_;
-  const std::uint32_t gen = f.generation;
+  const std::uint32_t s = new_flow(links, snap.remaining, snap.rate, snap.cap, shift(snap.updated), snap.latency,
+                                   snap.delivering ? State::delivering : State::active, std::move(done));
+  const std::uint32_t gen = flows_[s].generation;
   if (!snap.delivering) {
     for (LinkId l : links) {
       SCALEOUT_CHECK(l < on_link_.size(), "flow network: unknown link");

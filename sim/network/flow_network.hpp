@@ -120,6 +120,9 @@ class FlowNetwork {
   };
 
   std::uint32_t allocate();
+  // A flow in a free slot with its links recorded; not yet on those links' lists of flows.
+  std::uint32_t new_flow(std::span<const LinkId> links, double remaining, double rate, double cap, Time updated, Time latency,
+                         State state, Done done);
   void mark(LinkId l);
   void request_solve();
   void solve();
@@ -129,6 +132,8 @@ class FlowNetwork {
   static FlowId make_id(std::uint32_t slot, std::uint32_t gen) { return (FlowId(gen) << 32) | slot; }
   void schedule_flow(std::uint32_t slot, Time at, bool delivering);
   void evict_reservations(std::span<const LinkId> links);
+  bool reserved(LinkId l) const;  // by a reservation that has not lapsed
+  void free_reservation(std::uint32_t slot);
 
   struct LinkReservation {
     std::uint32_t slot = 0, generation = 0;

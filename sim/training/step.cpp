@@ -706,13 +706,12 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   // Flow-mode launchers: folded, one group's collective plus its shadows; unfolded, the group's
   // collective once every member's task has started.
   // The group's collective first, then its shadows: one batch.
-  using FoldedLaunch = CollectiveBatch;
-  auto launch_folded = [&](std::shared_ptr<const FoldedLaunch> f) -> StreamExecutor::Launcher {
+  auto launch_folded = [&](std::shared_ptr<const CollectiveBatch> f) -> StreamExecutor::Launcher {
     return [&, f = std::move(f)](TaskId id) { run_collectives(*net, f, [&ex, id] { ex.finish(id); }); };
   };
   // A rank launches the same collective (group, kind, size) over and over: its specs and its
   // shadows' are made once.
-  std::map<std::tuple<int, int, int, double>, std::shared_ptr<const FoldedLaunch>> folded_specs;
+  std::map<std::tuple<int, int, int, double>, std::shared_ptr<const CollectiveBatch>> folded_specs;
 
   // Unfolded, a collective starts when every member of its group has reached it: a zero-length
   // barrier task per occurrence (the k-th collective of a group on each member) waits for the
@@ -1427,17 +1426,15 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
             if (a.rank == r) own = &a;
           const Time mine = own ? own->at : Time::zero();
           if (mine >= latest) {
-            Time inner;
             cause = kHost;
-            for (const Arrival& a : bar.arrivals)
-              if (a.rank == r) {
-                inner = a.release;
-                for (TaskId e : a.after)
-                  if (ex.finish_time(e) >= inner) {
-                    inner = ex.finish_time(e);
-                    cause = info[e].track;
-                  }
-              }
+            if (own) {
+              Time inner = own->release;
+              for (TaskId e : own->after)
+                if (ex.finish_time(e) >= inner) {
+                  inner = ex.finish_time(e);
+                  cause = info[e].track;
+                }
+            }
           }
         }
       }
