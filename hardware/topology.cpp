@@ -99,6 +99,7 @@ LinkId Topology::add_link(VertexId a, VertexId b, double bandwidth, Time latency
 void Topology::degrade_link(LinkId id, double factor) {
   SCALEOUT_CHECK(id < links_.size() && factor > 0 && factor <= 1, "degrade_link: unknown link or factor outside (0, 1]");
   const LinkId a = id & ~LinkId(1);
+  has_faults_ = true;
   links_[a].bandwidth *= factor;
   links_[a + 1].bandwidth *= factor;
 }
@@ -107,6 +108,7 @@ bool Topology::fail_link(LinkId id) {
   SCALEOUT_CHECK(id < links_.size(), "fail_link: unknown link");
   const LinkId a = id & ~LinkId(1);
   links_[a].failed = links_[a + 1].failed = true;
+  has_faults_ = true;
   dist_cache_.clear();
   route_cache_.clear();
   // A NIC cut off from the fabric: its GPUs use another NIC of the node that still reaches it.

@@ -107,6 +107,8 @@ class Topology {
   // (NCCL's PXN, or the NIC excluded at restart). Returns false when nothing can replace it.
   void degrade_link(LinkId id, double factor);
   bool fail_link(LinkId id);
+  // Whether any link has been degraded or failed.
+  bool has_faults() const { return has_faults_; }
   void set_generation(GpuGeneration g) { generation_ = g; }
   void set_tuning(const CollectiveTuning& t) { tuning_ = t; }
   void set_name(std::string name) { name_ = std::move(name); }
@@ -168,6 +170,7 @@ class Topology {
   std::vector<VertexId> fabric_vertices_;
   std::string name_;
   GpuGeneration generation_ = GpuGeneration::hopper;
+  bool has_faults_ = false;
   CollectiveTuning tuning_;
   mutable std::unordered_map<std::uint64_t, DistTable> dist_cache_;
   // Routes already walked (a step repeats the same collectives thousands of times): the key

@@ -967,6 +967,16 @@ struct CollectiveBatch {
   mutable Time first_end, busy_until;  // alone, from the start: the first one's end, the last byte sent
 };
 
+std::vector<std::vector<FlowShape>> batch_flows(const CollectiveBatch& batch) {
+  std::vector<std::vector<FlowShape>> out;
+  for (const auto& plan : batch.plans) {
+    std::vector<FlowShape>& flows = out.emplace_back();
+    for (std::size_t ph = 0; ph < plan->size(); ++ph)
+      for (const PlannedFlow& f : (*plan)[ph]) flows.push_back({int(ph), f.bytes, f.cap, f.latency, &f.links});
+  }
+  return out;
+}
+
 namespace {
 // A batch run apart while its links stay its own: one event for its first collective's end.
 struct AloneRun {

@@ -150,6 +150,7 @@ struct Chunk {
 struct TapeCache {
   std::map<std::int64_t, Tape> tapes;
   std::map<const Tape*, std::shared_ptr<ChunkPlanner::Book>> books;
+  std::vector<int> classes;  // the symmetry classes the step simulates, once checked (by_flows)
 };
 
 struct RankState {
@@ -228,9 +229,16 @@ class TaskLists {
 // have identical timelines (by induction over the events): one of each is simulated. Without
 // faults it is one class per stage (plain folding); one straggler adds a few classes per stage
 // (its TP peers, its DP peers, their pipeline neighbours), not a rank per GPU.
+// On the flow network a GPU's collectives also contend with every flow on their links, so the
+// cluster graph joins the refinement (`topo`): every vertex is coloured too (GPUs by their class,
+// the others from their kind), links by their figures and state, and each round a vertex also
+// splits by the multiset of (link, neighbour) colours around it and a GPU by its NIC's colour (a
+// NIC by its GPUs'). GPUs of one class then sit alike in the graph as well: a degraded NIC sets
+// its GPU, the GPUs of its node and the groups that reach them apart from the rest.
 // Returns each GPU's class, GPUs indexed s * Q + q with q = tp_i + tp * (cp_i + cp * dp_i),
 // classes numbered in index order.
-std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::vector<double>>& fault_of) {
+std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::vector<double>>& fault_of,
+                                  const Topology* topo = nullptr) {
   const std::int64_t Q = p.tp * p.cp * p.dp, n = p.pp * Q;
   const std::int64_t ep = std::max<std::int64_t>(1, p.ep);
   // HYBRID_SHARD's shard groups (consecutive data-parallel ranks) and replica groups (the same
@@ -246,6 +254,79 @@ std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::
   };
   auto [initial, count] = renumber([&](std::int64_t i) { return std::make_pair(i / Q, fault_of[std::size_t(i)]); });
   colour = std::move(initial);
+  // The cluster graph: each GPU's vertex (its global rank), the other vertices' colours, the links'.
+  std::vector<std::int64_t> vertex_of;  // by GPU index
+  std::vector<int> vcolour, gpu_at;     // by vertex; gpu_at: the GPU index there, or -1
+  std::vector<int> lcolour;             // by link
+  std::vector<std::vector<int>> nic_users;  // by vertex: the GPUs a NIC serves
+  std::size_t vcount = 0;
+  if (topo) {
+    const std::int64_t stp = group_stride(p, CommGroup::tp), scp = group_stride(p, CommGroup::cp);
+    const std::int64_t sdp = group_stride(p, CommGroup::dp), spp = group_stride(p, CommGroup::pp);
+    vertex_of.resize(std::size_t(n));
+    gpu_at.assign(topo->vertex_count(), -1);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t q = i % Q;
+      vertex_of[std::size_t(i)] = (q % p.tp) * stp + ((q / p.tp) % p.cp) * scp + (q / (p.tp * p.cp)) * sdp + (i / Q) * spp;
+      gpu_at[std::size_t(topo->gpu_vertex(int(vertex_of[std::size_t(i)])))] = int(i);
+    }
+    std::map<std::tuple<int, int, int>, int> vids;
+    vcolour.resize(topo->vertex_count());
+    for (std::size_t v = 0; v < vcolour.size(); ++v) {
+      const VertexProps& vp = topo->vertex(VertexId(v));
+      const int level = vp.kind == VertexKind::net_switch ? vp.index : 0;
+      vcolour[v] = vids.emplace(std::make_tuple(int(vp.kind), level, gpu_at[v] >= 0), int(vids.size())).first->second;
+    }
+    std::set<int> others;  // colours of the vertices that are not the plan's GPUs
+    for (std::size_t v = 0; v < vcolour.size(); ++v)
+      if (gpu_at[v] < 0) others.insert(vcolour[v]);
+    vcount = others.size();
+    nic_users.resize(topo->vertex_count());
+    for (int r = 0; r < topo->gpu_count(); ++r)
+      if (topo->nic_of(r) != kNoVertex) nic_users[topo->nic_of(r)].push_back(r);
+    std::map<std::tuple<int, double, double, std::int64_t, bool>, int> lids;
+    lcolour.resize(topo->link_count());
+    for (std::size_t l = 0; l < lcolour.size(); ++l) {
+      const Link& k = topo->link(LinkId(l));
+      lcolour[l] = lids.emplace(std::make_tuple(int(k.kind), k.bandwidth, k.efficiency, k.latency.ps(), k.failed), int(lids.size())).first->second;
+    }
+  }
+  // A vertex's colour as its neighbours see it: a GPU's class, or the vertex's own colour.
+  auto seen_colour = [&](std::size_t v) { return gpu_at[v] >= 0 ? 2 * colour[std::size_t(gpu_at[v])] : 2 * vcolour[v] + 1; };
+  // What surrounds a vertex: its links (out, in) with their far ends, and a GPU's NIC or a NIC's GPUs.
+  std::map<std::vector<int>, int> around_ids;
+  auto around = [&](std::size_t v) {
+    std::vector<int> key;
+    const TopologyGraph& g = topo->graph();
+    for (auto [e, last] = boost::out_edges(VertexId(v), g); e != last; ++e) {
+      key.push_back(lcolour[g[*e].id] * 2);
+      key.push_back(seen_colour(boost::target(*e, g)));
+    }
+    for (auto [e, last] = boost::in_edges(VertexId(v), g); e != last; ++e) {
+      key.push_back(lcolour[g[*e].id] * 2 + 1);
+      key.push_back(seen_colour(boost::source(*e, g)));
+    }
+    // Sorted as pairs.
+    std::vector<std::pair<int, int>> pairs;
+    for (std::size_t k = 0; k < key.size(); k += 2) pairs.push_back({key[k], key[k + 1]});
+    std::sort(pairs.begin(), pairs.end());
+    key.clear();
+    for (const auto& [a, b] : pairs) {
+      key.push_back(a);
+      key.push_back(b);
+    }
+    if (gpu_at[v] >= 0) {
+      const VertexId nic = topo->nic_of(int(v));
+      key.push_back(nic == kNoVertex ? -1 : seen_colour(nic));
+    } else if (topo->vertex(VertexId(v)).kind == VertexKind::nic) {
+      std::vector<int> users;
+      for (const int r : nic_users[v]) users.push_back(seen_colour(topo->gpu_vertex(r)));
+      std::sort(users.begin(), users.end());
+      key.push_back(-2);
+      key.insert(key.end(), users.begin(), users.end());
+    }
+    return around_ids.emplace(std::move(key), int(around_ids.size())).first->second;
+  };
   for (;;) {
     // The multiset of colours in each group, interned; a GPU's group of kind k is (kind, base
     // index, stride, size) and the signature is computed once per group.
@@ -289,15 +370,28 @@ std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::
         for (std::int64_t j = 0; j < size; ++j) sig[std::size_t(i + j * p.tp * p.cp * sg)][5] = g;
       }
     }
+    // The cluster graph's vertices, from this round's colours.
+    std::vector<int> next_vcolour;
+    std::size_t next_vcount = 0;
+    if (topo) {
+      std::map<std::pair<int, int>, int> ids;
+      next_vcolour.resize(vcolour.size());
+      for (std::size_t v = 0; v < vcolour.size(); ++v)
+        next_vcolour[v] = gpu_at[v] >= 0 ? around(v) : ids.emplace(std::make_pair(vcolour[v], around(v)), int(ids.size())).first->second;
+      next_vcount = ids.size();
+    }
     auto [next, next_count] = renumber([&](std::int64_t i) {
       const std::int64_t s = i / Q, q = i % Q;
       const int succ = colour[std::size_t(((s + 1) % p.pp) * Q + q)], pred = colour[std::size_t(((s + p.pp - 1) % p.pp) * Q + q)];
       const auto& g = sig[std::size_t(i)];
-      return std::array<int, 9>{colour[std::size_t(i)], g[0], g[1], g[2], g[3], g[4], g[5], succ, pred};
+      const int place = topo ? next_vcolour[std::size_t(vertex_of[std::size_t(i)])] : 0;
+      return std::array<int, 10>{colour[std::size_t(i)], g[0], g[1], g[2], g[3], g[4], g[5], succ, pred, place};
     });
     colour = std::move(next);
-    if (next_count == count) break;
+    if (topo) vcolour = std::move(next_vcolour);
+    if (next_count == count && next_vcount == vcount) break;
     count = next_count;
+    vcount = next_vcount;
   }
   return colour;
 }
@@ -331,13 +425,122 @@ std::vector<std::vector<double>> faults_by_gpu(const StepConfig& cfg) {
   return out;
 }
 
-// Folded with stragglers on the analytic network: one rank per symmetry class. (On the flow
-// network the groups of a stage differ by where their links run; above 2^20 GPUs the classes are
-// not worked out: the straggler stands for its stage, which gets the step time right but not
-// the healthy GPUs' waits.)
+// Folded with stragglers (or, on the flow network, link faults): one rank per symmetry class.
+// Not where nothing tells a stage's GPUs apart even then: on the flow network without stragglers,
+// no pipeline (so no transfers of their own) and one group of each kind in the stage (every GPU
+// waits on the same collectives, whose flows run on the real links), as in pure data parallelism
+// or FSDP: plain folding is exact there. On the flow network above 4,096 GPUs the classes are not
+// worked out (nor on the analytic network above 2^20): the straggler stands for its stage, which
+// gets the step time right but not the healthy GPUs' waits.
 bool uses_symmetry_classes(const StepConfig& cfg) {
   const ParallelPlan& p = cfg.parallel;
-  return cfg.fold && !cfg.topology && !cfg.faults.stragglers.empty() && p.gpus() <= (std::int64_t(1) << 20);
+  if (!cfg.fold) return false;
+  if (!cfg.topology) return !cfg.faults.stragglers.empty() && p.gpus() <= (std::int64_t(1) << 20);
+  const int kinds = int(p.tp > 1) + int(p.cp > 1) + int(p.dp > 1);
+  const bool alike = cfg.faults.stragglers.empty() && p.pp == 1 && kinds <= 1 && (p.ep <= 1 || p.ep == p.dp) &&
+                     hybrid_shard_group(p) == p.dp;  // HYBRID_SHARD: shard and replica groups
+  return (!cfg.faults.stragglers.empty() || cfg.topology->has_faults()) && !alike && p.gpus() <= 4096;
+}
+
+std::vector<int> step_classes(const StepConfig& cfg, const std::vector<int>& finer = {}) {
+  std::vector<std::vector<double>> keys = faults_by_gpu(cfg);
+  for (std::size_t i = 0; i < finer.size(); ++i) keys[i].insert(keys[i].begin(), double(finer[i]));
+  return symmetry_classes(cfg.parallel, keys, cfg.topology ? cfg.topology.get() : nullptr);
+}
+
+// The collectives (and transfers) a step by classes puts on the flow network, each batch with the
+// members of each of its collectives (global ranks).
+using ClassBatches = std::vector<std::pair<std::shared_ptr<const CollectiveBatch>, std::vector<std::vector<int>>>>;
+
+// The classes checked against the flows themselves. The cluster graph's refinement sees links,
+// not routes: which NIC a ring's channel crosses, ECMP's hash of a group's first rank, a route
+// around a failed link all depend on more than the graph's shape. So once the step's collectives
+// are planned, the flows join a refinement of their own, starting from the classes: a collective
+// is coloured by its batch, its members' colours and its flows (each by phase, bytes, latency, cap
+// and its links' colours), a link by the colours of the flows that cross it, a GPU by its
+// collectives'. When nothing splits, collectives of one colour start together (their members are
+// of one class), their flows meet links of the same colours carrying the same mix of flows, so
+// max-min fair rates (progressive filling raises flows of one colour alike and saturates links of
+// one colour together) and every end are the same for all of them: the classes are exact. When a
+// class splits, the finer colours are returned and the step is simulated again from them.
+// `index_of`: a global rank's GPU index (as in symmetry_classes), -1 outside the plan.
+std::vector<int> refine_by_flows(const std::vector<int>& classes, const std::vector<std::int64_t>& index_of, const Topology& topo,
+                                 const ClassBatches& batches) {
+  struct Coll {
+    int batch;
+    const std::vector<int>* members;
+    std::vector<FlowShape> flows;
+  };
+  std::vector<Coll> colls;
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    std::vector<std::vector<FlowShape>> flows = batch_flows(*batches[b].first);
+    for (std::size_t c = 0; c < flows.size(); ++c) colls.push_back({int(b), &batches[b].second[c], std::move(flows[c])});
+  }
+  std::vector<int> lcolour(topo.link_count());
+  {
+    std::map<std::tuple<int, double, double, std::int64_t, bool>, int> ids;
+    for (std::size_t l = 0; l < lcolour.size(); ++l) {
+      const Link& k = topo.link(LinkId(l));
+      lcolour[l] = ids.emplace(std::make_tuple(int(k.kind), k.bandwidth, k.efficiency, k.latency.ps(), k.failed), int(ids.size())).first->second;
+    }
+  }
+  std::vector<int> gcolour = classes;
+  std::vector<std::vector<int>> gpu_colls(classes.size());
+  for (std::size_t c = 0; c < colls.size(); ++c)
+    for (int r : *colls[c].members) gpu_colls[std::size_t(index_of[std::size_t(r)])].push_back(int(c));
+  std::size_t gcount = std::set<int>(classes.begin(), classes.end()).size(), lcount = 0;
+  std::vector<int> ccolour(colls.size());
+  for (;;) {
+    // Collectives, then their flows, from this round's GPU and link colours.
+    std::map<std::vector<double>, int> flow_ids;
+    std::map<std::vector<int>, int> coll_ids;
+    std::vector<std::vector<int>> flow_keys(colls.size());
+    for (std::size_t c = 0; c < colls.size(); ++c) {
+      std::vector<int> key{colls[c].batch, -1};
+      for (int r : *colls[c].members) key.push_back(gcolour[std::size_t(index_of[std::size_t(r)])]);
+      std::sort(key.begin() + 2, key.end());
+      key.push_back(-1);
+      std::vector<int>& fk = flow_keys[c];
+      for (const FlowShape& f : colls[c].flows) {
+        std::vector<double> k{double(f.phase), f.bytes, f.cap, double(f.latency.ps())};
+        const std::size_t head = k.size();
+        for (LinkId l : *f.links) k.push_back(lcolour[l]);
+        std::sort(k.begin() + std::ptrdiff_t(head), k.end());
+        fk.push_back(flow_ids.emplace(std::move(k), int(flow_ids.size())).first->second);
+      }
+      std::vector<int> sorted = fk;
+      std::sort(sorted.begin(), sorted.end());
+      key.insert(key.end(), sorted.begin(), sorted.end());
+      ccolour[c] = coll_ids.emplace(std::move(key), int(coll_ids.size())).first->second;
+    }
+    // Links by the flows across them (a flow's colour: its collective's and its own shape).
+    std::vector<std::vector<std::int64_t>> across(lcolour.size());
+    for (std::size_t c = 0; c < colls.size(); ++c)
+      for (std::size_t f = 0; f < colls[c].flows.size(); ++f)
+        for (LinkId l : *colls[c].flows[f].links)
+          across[l].push_back((std::int64_t(ccolour[c]) << 32) | std::int64_t(flow_keys[c][f]));
+    std::map<std::pair<int, std::vector<std::int64_t>>, int> link_ids;
+    std::vector<int> next_l(lcolour.size());
+    for (std::size_t l = 0; l < lcolour.size(); ++l) {
+      std::sort(across[l].begin(), across[l].end());
+      next_l[l] = link_ids.emplace(std::make_pair(lcolour[l], std::move(across[l])), int(link_ids.size())).first->second;
+    }
+    // GPUs by their collectives.
+    std::map<std::vector<int>, int> gpu_ids;
+    std::vector<int> next_g(gcolour.size());
+    for (std::size_t i = 0; i < gcolour.size(); ++i) {
+      std::vector<int> key{gcolour[i]};
+      for (int c : gpu_colls[i]) key.push_back(ccolour[std::size_t(c)]);
+      std::sort(key.begin() + 1, key.end());
+      next_g[i] = gpu_ids.emplace(std::move(key), int(gpu_ids.size())).first->second;
+    }
+    gcolour = std::move(next_g);
+    lcolour = std::move(next_l);
+    if (gpu_ids.size() == gcount && link_ids.size() == lcount) break;
+    gcount = gpu_ids.size();
+    lcount = link_ids.size();
+  }
+  return gcolour;
 }
 
 // Forward passes before a stage's first backward in Megatron's 1F1B and interleaved 1F1B
@@ -475,7 +678,8 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   std::vector<std::int64_t> rank_stage, rank_q, rank_gpus;  // rank_gpus: how many GPUs a rank stands for
   std::vector<int> class_of;
   if (by_class) {
-    class_of = symmetry_classes(par, faults_by_gpu(cfg));
+    if (tapes.classes.empty()) tapes.classes = step_classes(cfg);
+    class_of = tapes.classes;
     for (std::int64_t i = 0; i < par.pp * Q; ++i) {
       const int c = class_of[std::size_t(i)];
       if (c == int(rank_stage.size())) {
@@ -547,10 +751,9 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   // Which collectives meet: unfolded, the members of one group; by class, the groups whose members
   // fall in the same classes (a rank's group holds GPUs that other simulated ranks stand for).
   std::map<std::pair<int, std::vector<int>>, std::int64_t> group_keys;
-  auto group_key = [&](CommGroup g, int r) -> std::int64_t {
-    if (!by_class) return group_id(g, r);
-    const Coords c = coords_of(r);
-    std::vector<int> reps_in;
+  // The simulated ranks standing for the members of the group of kind g around c, sorted.
+  auto reps_in = [&](CommGroup g, const Coords& c) {
+    std::vector<int> out;
     const std::int64_t ep = std::max<std::int64_t>(1, par.ep);
     for (std::int64_t i = 0; i < group_size(g); ++i) {
       Coords x = c;
@@ -559,10 +762,14 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
       else if (g == CommGroup::dp) x.dp = dp_member(c.dp, i);
       else if (g == CommGroup::ep) x.dp = c.dp / ep * ep + i;
       else x.s = i;
-      reps_in.push_back(rep_of(x.s, x.tp + par.tp * (x.cp + par.cp * x.dp)));
+      out.push_back(rep_of(x.s, x.tp + par.tp * (x.cp + par.cp * x.dp)));
     }
-    std::sort(reps_in.begin(), reps_in.end());
-    return group_keys.emplace(std::make_pair(slot_of(g), std::move(reps_in)), std::int64_t(group_keys.size())).first->second;
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  auto group_key = [&](CommGroup g, int r) -> std::int64_t {
+    if (!by_class) return group_id(g, r);
+    return group_keys.emplace(std::make_pair(slot_of(g), reps_in(g, coords_of(r))), std::int64_t(group_keys.size())).first->second;
   };
   // Stragglers: on their own simulated rank, or (folded) on their stage's representative, which
   // then stands for the slowest replica of the stage: every collective of the stage waits for it.
@@ -703,6 +910,12 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     sp.tag = sp.ranks.empty() ? 0 : sp.ranks.front();
     return sp;
   };
+  ClassBatches class_batches;  // by class on the flow network: what refine_by_flows checks
+  auto record_batch = [&](const std::shared_ptr<const CollectiveBatch>& b, const std::vector<CollectiveSpec>& specs) {
+    std::vector<std::vector<int>> members;
+    for (const CollectiveSpec& sp : specs) members.push_back(sp.ranks);
+    class_batches.emplace_back(b, std::move(members));
+  };
   // Flow-mode launchers: folded, one group's collective plus its shadows; unfolded, the group's
   // collective once every member's task has started.
   // The group's collective first, then its shadows: one batch.
@@ -792,9 +1005,38 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     bar.arrivals.push_back({rank, std::move(after), release, Time::zero()});
     if (net) {
       if (bar.expected == 0) {
-        bar.expected = std::size_t(group_size(g));
+        const Coords c = coords_of(rank);
+        std::vector<int> key;
+        if (by_class) {
+          key = reps_in(g, c);
+          bar.expected = std::size_t(std::set<int>(key.begin(), key.end()).size());
+        } else {
+          bar.expected = std::size_t(group_size(g));
+        }
         auto& batch = gb->batches[{int(kind), bytes}];
-        if (!batch) batch = prepare_collectives(*net, {spec_of(kind, members_of(g, coords_of(rank)), bytes)});
+        if (!batch) {
+          std::vector<CollectiveSpec> specs{spec_of(kind, members_of(g, c), bytes)};
+          if (by_class) {
+            // Every group of the stage whose members fall in the same classes starts with this
+            // one (its GPUs behave alike): their flows run beside it. Each group once, at its
+            // first member along its own dimension.
+            const std::int64_t ep = std::max<std::int64_t>(1, par.ep);
+            for (std::int64_t q = 0; q < Q; ++q) {
+              const Coords x{q % par.tp, (q / par.tp) % par.cp, q / (par.tp * par.cp), c.s};
+              const bool first = g == CommGroup::tp   ? x.tp == 0
+                                 : g == CommGroup::cp ? x.cp == 0
+                                 : g == CommGroup::ep ? x.dp % ep == 0
+                                 : dp_view == 1       ? x.dp % sg == 0
+                                 : dp_view == 2       ? x.dp < sg
+                                                      : x.dp == 0;
+              if (!first || reps_in(g, x) != key) continue;
+              std::vector<int> mem = members_of(g, x);
+              if (mem != specs.front().ranks) specs.push_back(spec_of(kind, std::move(mem), bytes));
+            }
+          }
+          batch = prepare_collectives(*net, specs);
+          if (by_class) record_batch(batch, specs);
+        }
         bar.batch = batch;
       }
       launch_next = [&, w = &bar](TaskId id) {
@@ -1035,8 +1277,18 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
                     if (mine.count(cfg.topology->node_of(a)) || mine.count(cfg.topology->node_of(b2)))
                       specs.push_back(spec_of(CollectiveKind::send_recv, {a, b2}, bytes));
                   }
+            } else if (by_class) {
+              // The transfers of every GPU of this class (they send at the same time).
+              for (std::int64_t q = 0; q < Q; ++q) {
+                if (q == q_of(r) || rep_of(s, q) != r) continue;
+                const Coords x{q % par.tp, (q / par.tp) % par.cp, q / (par.tp * par.cp), s};
+                Coords y = x;
+                y.s = dest_stage;
+                specs.push_back(spec_of(CollectiveKind::send_recv, {global_of(x), global_of(y)}, bytes));
+              }
             }
             batch = prepare_collectives(*net, specs);
+            if (by_class) record_batch(batch, specs);
           }
           launch_next = launch_folded(batch);
         }
@@ -1323,6 +1575,19 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     }
   }
 
+  if (by_class && net) {
+    // Exact only if the flows keep the classes alike (refine_by_flows); else again, finer.
+    std::vector<std::int64_t> index_of(std::size_t(cfg.topology->gpu_count()), -1);
+    for (std::int64_t i = 0; i < par.pp * Q; ++i) {
+      const std::int64_t q = i % Q;
+      index_of[std::size_t(global_of(Coords{q % par.tp, (q / par.tp) % par.cp, q / (par.tp * par.cp), i / Q}))] = i;
+    }
+    const std::vector<int> finer = refine_by_flows(class_of, index_of, *cfg.topology, class_batches);
+    if (*std::max_element(finer.begin(), finer.end()) + 1 > nranks) {
+      tapes.classes = step_classes(cfg, finer);
+      return simulate_step_with(cfg, tapes);
+    }
+  }
   ex.on_start([&](TaskId id, Time at) {
     MemoryTracker& mem = ranks[info[id].rank].mem;
     opens.for_each(id, [&](const MemOp& mo) { mem.alloc(mo.category, mo.bytes, at); });
@@ -1577,7 +1842,7 @@ Windows windows_of(const StepConfig& cfg) {
 std::int64_t simulated_ranks(const StepConfig& cfg) {
   const ParallelPlan& p = cfg.parallel;
   if (uses_symmetry_classes(cfg)) {
-    const std::vector<int> c = symmetry_classes(p, faults_by_gpu(cfg));
+    const std::vector<int> c = step_classes(cfg);
     return c.empty() ? 0 : std::int64_t(*std::max_element(c.begin(), c.end())) + 1;
   }
   return cfg.fold ? p.pp : p.gpus();

@@ -2,7 +2,8 @@
 // A training step on a parallel plan, simulated: one representative rank per pipeline stage
 // (tensor-, context- and data-parallel peers of a stage behave alike without stragglers, so a
 // collective among them completes when the representative reaches it plus its duration); with
-// stragglers, one rank per class of GPUs that provably behave alike; or every GPU. Each
+// stragglers (or link faults on the flow network), one rank per class of GPUs that provably behave
+// alike; or every GPU. Each
 // rank has a host stream issuing kernels, a compute stream, a data-parallel communication stream
 // and send streams to its pipeline neighbours; the pipeline bubble, exposed communication and
 // overlap come out of the event simulation.
@@ -16,7 +17,10 @@ StepResult simulate_step(const StepConfig& config);
 // Every micro-batch, however many.
 StepResult simulate_step_exact(const StepConfig& config);
 // How many ranks a step simulates: the pipeline stages when folded, every GPU when not, and
-// folded with stragglers (analytic network) one per class of GPUs that provably behave alike.
+// folded with stragglers (or link faults on the flow network) one per class of GPUs that provably
+// behave alike. On the flow network that is the classes of the plan and the cluster graph; the
+// step checks them against its collectives' flows and may split them further
+// (StepResult::simulated_ranks says how many it ran).
 std::int64_t simulated_ranks(const StepConfig& config);
 // How many micro-batches simulate_step builds for this configuration (the larger window).
 std::int64_t simulated_micro_batches(const StepConfig& config);

@@ -60,8 +60,8 @@ cat >"$tmp/faulty.json" <<'JSON'
  "parallelism": {"dp": 2, "tp": 2},
  "faults": {"stragglers": [{"gpu": 3, "slowdown": 1.5}], "links": [{"nic": [1, 1], "bandwidth_factor": 0.5}]}}
 JSON
-"$bin" run "$tmp/faulty.json" --format json --trace "$tmp/f1.trace" >"$tmp/f1.json" 2>&1
-"$bin" run "$tmp/faulty.json" --format json --trace "$tmp/f2.trace" >"$tmp/f2.json" 2>&1
+"$bin" run "$tmp/faulty.json" --set simulation.fold=off --format json --trace "$tmp/f1.trace" >"$tmp/f1.json" 2>&1
+"$bin" run "$tmp/faulty.json" --set simulation.fold=off --format json --trace "$tmp/f2.trace" >"$tmp/f2.json" 2>&1
 cmp -s "$tmp/f1.json" "$tmp/f2.json" || { echo "FAIL: flow/unfolded JSON differs between runs"; fail=1; }
 cmp -s "$tmp/f1.trace" "$tmp/f2.trace" || { echo "FAIL: flow/unfolded trace differs between runs"; fail=1; }
 grep -q '"simulated_ranks": 4' "$tmp/f1.json" || { echo "FAIL: faults did not unfold the simulation: $(head -c 300 "$tmp/f1.json")"; fail=1; }

@@ -80,11 +80,97 @@ TEST_CASE("a failed NIC moves its GPU to the node's other NIC, a degraded one sl
   slow["faults"] = {{"links", {{{"nic", {1, 1}}, {"bandwidth_factor", 0.25}}}}};
   const StepResult degraded = run(slow);
   // The group through the quarter-speed NIC ({1, 3}) takes longer; a fault breaks the symmetry,
-  // so every GPU is simulated, and the step ends when that group's all-reduce does.
+  // so every GPU is a class of its own here, and the step ends when that group's all-reduce does.
   CHECK(degraded.simulated_ranks == 4);
   CHECK(degraded.step_time_s > healthy.step_time_s + 0.5 * healthy.dp_comm_total_s);
   // GPU 0's own group is untouched.
   CHECK(degraded.dp_comm_total_s == Approx(healthy.dp_comm_total_s).epsilon(0.02));
+}
+
+namespace {
+
+// A small Llama on `nodes` x `gpus` GPUs of a graph, with the plan and faults given.
+Json faulty_plan(int nodes, int gpus, int nics, const char* fabric, const Json& parallelism, const Json& faults, int batch) {
+  Json j{{"model", {{"arch", "llama"}, {"layers", 8}, {"hidden", 1024}, {"heads", 8}, {"kv_heads", 8}, {"ffn", 4096},
+                         {"vocab", 1024}, {"tied_embeddings", false}}},
+              {"cluster", {{"gpu", "h100-sxm"},
+                           {"topology", {{"nodes", nodes}, {"gpus_per_node", gpus}, {"node", "nvswitch"}, {"nics_per_node", nics},
+                                         {"network", "infiniband-ndr"}, {"fabric", fabric},
+                                         {"levels", std::string(fabric) == "single-switch" ? 1 : 2}}}}},
+              {"training", {{"seq_len", 1024}, {"micro_batch", 1}, {"global_batch", batch}, {"precision", "bf16-mixed"}}},
+              {"parallelism", parallelism},
+              {"faults", faults}};
+  // Leaves of four NICs under spines.
+  if (std::string(fabric) == "fat-tree") j["cluster"]["topology"]["switch_radix"] = 8;
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("link faults and stragglers on the flow network: one GPU per class, exact for every GPU", "[network][step][fold][faults]") {
+  struct Case {
+    const char* name;
+    Json j;
+    bool fewer = true;  // fewer GPUs simulated than there are
+  };
+  const Json slow_nic = {{"links", {{{"nic", {1, 2}}, {"bandwidth_factor", 0.25}}}}};
+  const std::vector<Case> cases = {
+      {"TP 2 x DP 8, a quarter-speed NIC", faulty_plan(4, 4, 4, "single-switch", {{"tp", 2}, {"dp", 8}}, slow_nic, 16)},
+      // NIC 0 of node 0 fails: GPUs 0 and 1 move to NIC 1, which GPUs 2 and 3 already use.
+      {"a failed NIC, its GPUs moved to a shared one, PP 2 x DP 8",
+       faulty_plan(4, 4, 2, "single-switch", {{"pp", 2}, {"dp", 8}}, {{"links", {{{"nic", {0, 0}}, {"failed", true}}}}}, 16)},
+      // Which links a ring's channels cross there depends on more than the graph's shape (the
+      // rings enter each node on a NIC per channel): the flows' own check splits the 6 classes the
+      // graph's refinement gives into 16.
+      {"the same failed NIC, an interleaved pipeline with CP and ZeRO-2",
+       faulty_plan(4, 4, 2, "single-switch",
+                   {{"pp", 2}, {"dp", 4}, {"cp", 2}, {"pp_schedule", "interleaved"}, {"virtual_stages", 2}, {"zero", 2},
+                    {"overlap_grad_reduce", false}},
+                   {{"links", {{{"nic", {0, 0}}, {"failed", true}}}}}, 16),
+       false},
+      {"two NICs per four GPUs, one at half speed, TP 2 x PP 2 x DP 4 interleaved",
+       faulty_plan(4, 4, 2, "single-switch",
+                   {{"tp", 2}, {"pp", 2}, {"dp", 4}, {"sequence_parallel", true}, {"pp_schedule", "interleaved"}, {"virtual_stages", 2}},
+                   {{"links", {{{"nic", {1, 1}}, {"bandwidth_factor", 0.5}}}}}, 8)},
+      // ECMP through the spines: replicas' flows meet on other paths.
+      {"a slow fabric link under a fat tree, FSDP over TP 2",
+       faulty_plan(4, 4, 4, "fat-tree", {{"tp", 2}, {"dp", 8}, {"fsdp", "full_shard"}},
+                   {{"links", {{{"fabric", 1}, {"bandwidth_factor", 0.1}}}}}, 16)},
+      {"a slow NVLink and a straggler on a rail-optimised fabric, 1F1B",
+       faulty_plan(2, 8, 8, "rail-optimized", {{"tp", 2}, {"pp", 2}, {"dp", 4}},
+                   {{"links", {{{"nvlink", {1, 3}}, {"bandwidth_factor", 0.25}}}}, {"stragglers", {{{"gpu", 5}, {"slowdown", 1.3}}}}},
+                   16)},
+  };
+  for (const Case& k : cases) {
+    INFO(k.name);
+    Json j = k.j;
+    const Scenario sc = parse_scenario(j, "test.json");
+    const StepResult folded = run(j);
+    j["simulation"] = {{"fold", "off"}};
+    const StepResult full = run(j);
+    CHECK(full.simulated_ranks == sc.gpus());
+    CHECK((folded.simulated_ranks < sc.gpus()) == k.fewer);
+    CHECK(folded.simulated_ranks > sc.parallelism.pp);
+    // The classes the cluster graph gives, before the flows are checked: never more.
+    const std::int64_t by_graph = simulated_ranks(step_config(sc));
+    CHECK(by_graph <= folded.simulated_ranks);
+    if (!k.fewer) CHECK(by_graph < folded.simulated_ranks);
+    // Every figure, GPU 0's and each GPU's peak memory, to the picosecond or the byte.
+    CHECK(folded.step_time_s == full.step_time_s);
+    CHECK(folded.compute_s == Approx(full.compute_s).epsilon(1e-12));
+    CHECK(folded.dp_comm_total_s == Approx(full.dp_comm_total_s).epsilon(1e-12).margin(1e-15));
+    CHECK(folded.exposed_comm_s == Approx(full.exposed_comm_s).epsilon(1e-9).margin(1e-15));
+    CHECK(folded.pipeline_bubble_s == Approx(full.pipeline_bubble_s).epsilon(1e-9).margin(1e-15));
+    CHECK(folded.peer_wait_s == Approx(full.peer_wait_s).epsilon(1e-9).margin(1e-15));
+    CHECK(folded.max_peer_wait_s == Approx(full.max_peer_wait_s).epsilon(1e-9).margin(1e-15));
+    CHECK(folded.peak_bytes == full.peak_bytes);
+    REQUIRE(folded.rank_peak_bytes.size() == full.rank_peak_bytes.size());
+    for (std::size_t i = 0; i < full.rank_peak_bytes.size(); ++i) CHECK(folded.rank_peak_bytes[i] == full.rank_peak_bytes[i]);
+    // And the fault is felt.
+    j.erase("faults");
+    j.erase("simulation");
+    CHECK(run(j).step_time_s < full.step_time_s);
+  }
 }
 
 TEST_CASE("link faults are checked against the cluster", "[network][faults][input]") {
@@ -161,7 +247,8 @@ TEST_CASE("link faults under pure data parallelism stay folded, and exact", "[ne
   j.erase("faults");
   j.erase("simulation");
   CHECK(run(j).dp_comm_total_s < folded.dp_comm_total_s * 0.8);
-  // With tensor parallelism too there are two DP groups, one behind the slow NIC: unfolded.
+  // With tensor parallelism too there are two DP groups, one behind the slow NIC: GPUs in classes
+  // (here each its own).
   j = two_node_plan(2);
   j["faults"] = {{"links", {{{"nic", {1, 0}}, {"bandwidth_factor", 0.25}}}}};
   CHECK(run(j).simulated_ranks == 4);

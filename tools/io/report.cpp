@@ -72,7 +72,7 @@ Json result_json(const Scenario& s, const StepResult& r, double baseline_tokens_
       {"profile", s.profile.name},
   };
   if (r.extrapolated_from > 0) j["simulated_micro_batches"] = r.extrapolated_from;
-  if (!s.faults.stragglers.empty() || r.simulated_ranks > s.parallelism.pp) {
+  if (!s.faults.stragglers.empty() || !s.link_faults.empty() || r.simulated_ranks > s.parallelism.pp) {
     j["simulated_ranks"] = r.simulated_ranks;
     Json f = {{"peer_wait_s", r.peer_wait_s}, {"peer_wait_exposed_s", r.peer_wait_exposed_s},
               {"max_peer_wait_s", r.max_peer_wait_s}, {"failed", r.failed}};

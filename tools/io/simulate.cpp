@@ -79,20 +79,10 @@ StepConfig step_config(const Scenario& s) {
       throw InputError(s.file, "/faults/links", "after the link faults the cluster is not connected: " + *problem);
     cfg.topology = std::move(topo);
   }
-  // Folding is exact while every replica behaves alike. With stragglers on the analytic network
-  // the folded step simulates one GPU per class of GPUs that provably behave alike, still exact
-  // for every GPU. On the flow network stragglers and link faults make the groups of a stage
-  // differ, so unless told otherwise every GPU is simulated (up to 4,096 of them: beyond, the
-  // straggler's stage stands for its slowest replica, which keeps the step time but not who
-  // waits for whom).
-  // Unless nothing can tell a stage's GPUs apart even then: no stragglers, no pipeline (so no
-  // transfers of their own) and one group of each kind in the stage (every GPU waits on the same
-  // collectives), as in pure data parallelism or FSDP.
-  const Parallelism& par = s.parallelism;
-  const int kinds = int(par.tp > 1) + int(par.cp > 1) + int(par.dp > 1);
-  const bool alike = s.faults.stragglers.empty() && par.pp == 1 && kinds <= 1 && (par.ep <= 1 || par.ep == par.dp);
-  const bool flow_faults = !alike && (!s.link_faults.empty() || (!s.faults.stragglers.empty() && cfg.topology));
-  cfg.fold = s.fold.value_or(!flow_faults || s.gpus() > 4096);
+  // Folding is exact while every replica behaves alike. With stragglers, or link faults on the
+  // flow network, the folded step simulates one GPU per class of GPUs that behave alike
+  // (uses_symmetry_classes: in the plan and, on the flow network, in the cluster graph as well).
+  cfg.fold = s.fold.value_or(true);
   cfg.collectives_apart = s.collectives_apart;
   return cfg;
 }
