@@ -779,10 +779,20 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     SCALEOUT_CHECK(st.rank >= 0 && st.rank < par.gpus(), "straggler rank outside the plan");
     const Coords c{(st.rank / stride_tp) % par.tp, (st.rank / stride_cp) % par.cp, (st.rank / stride_dp) % par.dp,
                    (st.rank / stride_pp) % par.pp};
-    const int r = rep_of(c.s, c.tp + par.tp * (c.cp + par.cp * c.dp));
+    const std::int64_t q = c.tp + par.tp * (c.cp + par.cp * c.dp);
+    const int r = rep_of(c.s, q);
+    // By class, the GPUs of a class carry the same faults (they are part of its colour): the
+    // representative's own stand for all of them (its class-mates' stalls are the same stalls).
+    if (by_class && (c.s != stage_of(r) || q != q_of(r))) continue;
     slowdown[r] = std::max(slowdown[r], st.compute_slowdown);
     loader_delay[r] = std::max(loader_delay[r], st.loader_delay_s);
     if (st.stall_s > 0) stalls[r].push_back({st.stall_micro_batch, st.stall_s});
+  }
+  // Folded onto a stage (its slowest replica): the same stall on several of its GPUs is one stall.
+  for (auto& list : stalls) {
+    if (!plain_fold) break;
+    std::sort(list.begin(), list.end());
+    list.erase(std::unique(list.begin(), list.end()), list.end());
   }
 
   std::vector<RankState> ranks(nranks);
@@ -1846,6 +1856,10 @@ std::int64_t simulated_ranks(const StepConfig& cfg) {
     return c.empty() ? 0 : std::int64_t(*std::max_element(c.begin(), c.end())) + 1;
   }
   return cfg.fold ? p.pp : p.gpus();
+}
+
+std::int64_t max_simulated_ranks(const StepConfig& cfg) {
+  return uses_symmetry_classes(cfg) && cfg.topology ? cfg.parallel.gpus() : simulated_ranks(cfg);
 }
 
 std::int64_t simulated_micro_batches(const StepConfig& cfg) {

@@ -22,6 +22,9 @@ StepResult simulate_step_exact(const StepConfig& config);
 // step checks them against its collectives' flows and may split them further
 // (StepResult::simulated_ranks says how many it ran).
 std::int64_t simulated_ranks(const StepConfig& config);
+// The most ranks the step may simulate: simulated_ranks, or every GPU where the flows' check may
+// split the classes further (for bounds on the work before it is done).
+std::int64_t max_simulated_ranks(const StepConfig& config);
 // How many micro-batches simulate_step builds for this configuration (the larger window).
 std::int64_t simulated_micro_batches(const StepConfig& config);
 

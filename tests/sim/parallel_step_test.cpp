@@ -331,6 +331,13 @@ TEST_CASE("folded with stragglers, one GPU per symmetry class gives every GPU's 
     c.faults.stragglers.push_back({6, 1.2, 0, 0, 0});
     cases.push_back({"CP 2 with FSDP", c});
   }
+  {
+    // Both GPUs of a TP group stall alike: one class, and its stall counted once.
+    StepConfig c = small_plan(4, 2, 2);
+    c.faults.stragglers.push_back({0, 1.0, 0, 5e-3, 1});
+    c.faults.stragglers.push_back({1, 1.0, 0, 5e-3, 1});
+    cases.push_back({"the same stall on two GPUs of one class", c});
+  }
   for (Case& k : cases) {
     INFO(k.name);
     StepConfig c = k.c;

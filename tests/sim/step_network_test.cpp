@@ -141,6 +141,12 @@ TEST_CASE("link faults and stragglers on the flow network: one GPU per class, ex
        faulty_plan(2, 8, 8, "rail-optimized", {{"tp", 2}, {"pp", 2}, {"dp", 4}},
                    {{"links", {{{"nvlink", {1, 3}}, {"bandwidth_factor", 0.25}}}}, {"stragglers", {{{"gpu", 5}, {"slowdown", 1.3}}}}},
                    16)},
+      // Two GPUs of one class stall alike: each stalls once, not once per class-mate.
+      {"the same stall on both GPUs of a TP group",
+       faulty_plan(2, 4, 4, "single-switch", {{"tp", 2}, {"dp", 4}},
+                   {{"stragglers", {{{"gpu", 2}, {"stall", "5 ms"}, {"stall_micro_batch", 0}},
+                                    {{"gpu", 3}, {"stall", "5 ms"}, {"stall_micro_batch", 0}}}}},
+                   8)},
   };
   for (const Case& k : cases) {
     INFO(k.name);
