@@ -237,6 +237,24 @@ class TaskLists {
 // its GPU, the GPUs of its node and the groups that reach them apart from the rest.
 // Returns each GPU's class, GPUs indexed s * Q + q with q = tp_i + tp * (cp_i + cp * dp_i),
 // classes numbered in index order.
+// The global rank of GPU index i (i = s * Q + q, as symmetry_classes numbers GPUs).
+std::int64_t rank_of_index(const ParallelPlan& p, std::int64_t i) {
+  const std::int64_t Q = p.tp * p.cp * p.dp, q = i % Q;
+  return (q % p.tp) * group_stride(p, CommGroup::tp) + ((q / p.tp) % p.cp) * group_stride(p, CommGroup::cp) +
+         (q / (p.tp * p.cp)) * group_stride(p, CommGroup::dp) + (i / Q) * group_stride(p, CommGroup::pp);
+}
+
+// Each link's colour from its figures and state (kind, bandwidth, efficiency, latency, failed).
+std::vector<int> link_colours(const Topology& topo) {
+  std::map<std::tuple<int, double, double, std::int64_t, bool>, int> ids;
+  std::vector<int> out(topo.link_count());
+  for (std::size_t l = 0; l < out.size(); ++l) {
+    const Link& k = topo.link(LinkId(l));
+    out[l] = ids.emplace(std::make_tuple(int(k.kind), k.bandwidth, k.efficiency, k.latency.ps(), k.failed), int(ids.size())).first->second;
+  }
+  return out;
+}
+
 std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::vector<double>>& fault_of,
                                   const Topology* topo = nullptr) {
   const std::int64_t Q = p.tp * p.cp * p.dp, n = p.pp * Q;
@@ -261,13 +279,10 @@ std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::
   std::vector<std::vector<int>> nic_users;  // by vertex: the GPUs a NIC serves
   std::size_t vcount = 0;
   if (topo) {
-    const std::int64_t stp = group_stride(p, CommGroup::tp), scp = group_stride(p, CommGroup::cp);
-    const std::int64_t sdp = group_stride(p, CommGroup::dp), spp = group_stride(p, CommGroup::pp);
     vertex_of.resize(std::size_t(n));
     gpu_at.assign(topo->vertex_count(), -1);
     for (std::int64_t i = 0; i < n; ++i) {
-      const std::int64_t q = i % Q;
-      vertex_of[std::size_t(i)] = (q % p.tp) * stp + ((q / p.tp) % p.cp) * scp + (q / (p.tp * p.cp)) * sdp + (i / Q) * spp;
+      vertex_of[std::size_t(i)] = rank_of_index(p, i);
       gpu_at[std::size_t(topo->gpu_vertex(int(vertex_of[std::size_t(i)])))] = int(i);
     }
     std::map<std::tuple<int, int, int>, int> vids;
@@ -284,36 +299,24 @@ std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::
     nic_users.resize(topo->vertex_count());
     for (int r = 0; r < topo->gpu_count(); ++r)
       if (topo->nic_of(r) != kNoVertex) nic_users[topo->nic_of(r)].push_back(r);
-    std::map<std::tuple<int, double, double, std::int64_t, bool>, int> lids;
-    lcolour.resize(topo->link_count());
-    for (std::size_t l = 0; l < lcolour.size(); ++l) {
-      const Link& k = topo->link(LinkId(l));
-      lcolour[l] = lids.emplace(std::make_tuple(int(k.kind), k.bandwidth, k.efficiency, k.latency.ps(), k.failed), int(lids.size())).first->second;
-    }
+    lcolour = link_colours(*topo);
   }
   // A vertex's colour as its neighbours see it: a GPU's class, or the vertex's own colour.
   auto seen_colour = [&](std::size_t v) { return gpu_at[v] >= 0 ? 2 * colour[std::size_t(gpu_at[v])] : 2 * vcolour[v] + 1; };
   // What surrounds a vertex: its links (out, in) with their far ends, and a GPU's NIC or a NIC's GPUs.
   std::map<std::vector<int>, int> around_ids;
   auto around = [&](std::size_t v) {
-    std::vector<int> key;
+    std::vector<std::pair<int, int>> links;  // (link colour, out 0 / in 1), far end's colour
     const TopologyGraph& g = topo->graph();
-    for (auto [e, last] = boost::out_edges(VertexId(v), g); e != last; ++e) {
-      key.push_back(lcolour[g[*e].id] * 2);
-      key.push_back(seen_colour(boost::target(*e, g)));
-    }
-    for (auto [e, last] = boost::in_edges(VertexId(v), g); e != last; ++e) {
-      key.push_back(lcolour[g[*e].id] * 2 + 1);
-      key.push_back(seen_colour(boost::source(*e, g)));
-    }
-    // Sorted as pairs.
-    std::vector<std::pair<int, int>> pairs;
-    for (std::size_t k = 0; k < key.size(); k += 2) pairs.push_back({key[k], key[k + 1]});
-    std::sort(pairs.begin(), pairs.end());
-    key.clear();
-    for (const auto& [a, b] : pairs) {
-      key.push_back(a);
-      key.push_back(b);
+    for (auto [e, last] = boost::out_edges(VertexId(v), g); e != last; ++e)
+      links.push_back({lcolour[g[*e].id] * 2, seen_colour(boost::target(*e, g))});
+    for (auto [e, last] = boost::in_edges(VertexId(v), g); e != last; ++e)
+      links.push_back({lcolour[g[*e].id] * 2 + 1, seen_colour(boost::source(*e, g))});
+    std::sort(links.begin(), links.end());
+    std::vector<int> key;
+    for (const auto& [l, far] : links) {
+      key.push_back(l);
+      key.push_back(far);
     }
     if (gpu_at[v] >= 0) {
       const VertexId nic = topo->nic_of(int(v));
@@ -450,7 +453,7 @@ std::vector<int> step_classes(const StepConfig& cfg, const std::vector<int>& fin
 
 // The collectives (and transfers) a step by classes puts on the flow network, each batch with the
 // members of each of its collectives (global ranks).
-using ClassBatches = std::vector<std::pair<std::shared_ptr<const CollectiveBatch>, std::vector<std::vector<int>>>>;
+using ClassBatches = std::vector<std::pair<std::shared_ptr<const CollectiveBatch>, std::vector<CollectiveSpec>>>;
 
 // The classes checked against the flows themselves. The cluster graph's refinement sees links,
 // not routes: which NIC a ring's channel crosses, ECMP's hash of a group's first rank, a route
@@ -474,16 +477,9 @@ std::vector<int> refine_by_flows(const std::vector<int>& classes, const std::vec
   std::vector<Coll> colls;
   for (std::size_t b = 0; b < batches.size(); ++b) {
     std::vector<std::vector<FlowShape>> flows = batch_flows(*batches[b].first);
-    for (std::size_t c = 0; c < flows.size(); ++c) colls.push_back({int(b), &batches[b].second[c], std::move(flows[c])});
+    for (std::size_t c = 0; c < flows.size(); ++c) colls.push_back({int(b), &batches[b].second[c].ranks, std::move(flows[c])});
   }
-  std::vector<int> lcolour(topo.link_count());
-  {
-    std::map<std::tuple<int, double, double, std::int64_t, bool>, int> ids;
-    for (std::size_t l = 0; l < lcolour.size(); ++l) {
-      const Link& k = topo.link(LinkId(l));
-      lcolour[l] = ids.emplace(std::make_tuple(int(k.kind), k.bandwidth, k.efficiency, k.latency.ps(), k.failed), int(ids.size())).first->second;
-    }
-  }
+  std::vector<int> lcolour = link_colours(topo);
   std::vector<int> gcolour = classes;
   std::vector<std::vector<int>> gpu_colls(classes.size());
   for (std::size_t c = 0; c < colls.size(); ++c)
@@ -711,10 +707,11 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   struct Coords {
     std::int64_t tp, cp, dp, s;
   };
-  auto coords_of = [&](int r) {
-    const std::int64_t q = q_of(r);
-    return Coords{q % par.tp, (q / par.tp) % par.cp, q / (par.tp * par.cp), stage_of(r)};
+  // GPU q of stage st (q = tp_i + tp * (cp_i + cp * dp_i)), and a simulated rank's GPU.
+  auto coords_at = [&](std::int64_t st, std::int64_t q) {
+    return Coords{q % par.tp, (q / par.tp) % par.cp, q / (par.tp * par.cp), st};
   };
+  auto coords_of = [&](int r) { return coords_at(stage_of(r), q_of(r)); };
   auto global_of = [&](const Coords& c) { return int(c.tp * stride_tp + c.cp * stride_cp + c.dp * stride_dp + c.s * stride_pp); };
   // The global GPU rank of a simulated rank (its representative's when folded).
   auto global_rank = [&](int r) { return global_of(coords_of(r)); };
@@ -789,11 +786,11 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     if (st.stall_s > 0) stalls[r].push_back({st.stall_micro_batch, st.stall_s});
   }
   // Folded onto a stage (its slowest replica): the same stall on several of its GPUs is one stall.
-  for (auto& list : stalls) {
-    if (!plain_fold) break;
-    std::sort(list.begin(), list.end());
-    list.erase(std::unique(list.begin(), list.end()), list.end());
-  }
+  if (plain_fold)
+    for (auto& list : stalls) {
+      std::sort(list.begin(), list.end());
+      list.erase(std::unique(list.begin(), list.end()), list.end());
+    }
 
   std::vector<RankState> ranks(nranks);
   TaskLists<TaskId> deps_of;  // for attribution of idle gaps
@@ -921,11 +918,6 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     return sp;
   };
   ClassBatches class_batches;  // by class on the flow network: what refine_by_flows checks
-  auto record_batch = [&](const std::shared_ptr<const CollectiveBatch>& b, const std::vector<CollectiveSpec>& specs) {
-    std::vector<std::vector<int>> members;
-    for (const CollectiveSpec& sp : specs) members.push_back(sp.ranks);
-    class_batches.emplace_back(b, std::move(members));
-  };
   // Flow-mode launchers: folded, one group's collective plus its shadows; unfolded, the group's
   // collective once every member's task has started.
   // The group's collective first, then its shadows: one batch.
@@ -1032,7 +1024,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
             // first member along its own dimension.
             const std::int64_t ep = std::max<std::int64_t>(1, par.ep);
             for (std::int64_t q = 0; q < Q; ++q) {
-              const Coords x{q % par.tp, (q / par.tp) % par.cp, q / (par.tp * par.cp), c.s};
+              const Coords x = coords_at(c.s, q);
               const bool first = g == CommGroup::tp   ? x.tp == 0
                                  : g == CommGroup::cp ? x.cp == 0
                                  : g == CommGroup::ep ? x.dp % ep == 0
@@ -1045,7 +1037,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
             }
           }
           batch = prepare_collectives(*net, specs);
-          if (by_class) record_batch(batch, specs);
+          if (by_class) class_batches.emplace_back(batch, specs);
         }
         bar.batch = batch;
       }
@@ -1291,14 +1283,14 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
               // The transfers of every GPU of this class (they send at the same time).
               for (std::int64_t q = 0; q < Q; ++q) {
                 if (q == q_of(r) || rep_of(s, q) != r) continue;
-                const Coords x{q % par.tp, (q / par.tp) % par.cp, q / (par.tp * par.cp), s};
+                const Coords x = coords_at(s, q);
                 Coords y = x;
                 y.s = dest_stage;
                 specs.push_back(spec_of(CollectiveKind::send_recv, {global_of(x), global_of(y)}, bytes));
               }
             }
             batch = prepare_collectives(*net, specs);
-            if (by_class) record_batch(batch, specs);
+            if (by_class) class_batches.emplace_back(batch, specs);
           }
           launch_next = launch_folded(batch);
         }
@@ -1588,10 +1580,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   if (by_class && net) {
     // Exact only if the flows keep the classes alike (refine_by_flows); else again, finer.
     std::vector<std::int64_t> index_of(std::size_t(cfg.topology->gpu_count()), -1);
-    for (std::int64_t i = 0; i < par.pp * Q; ++i) {
-      const std::int64_t q = i % Q;
-      index_of[std::size_t(global_of(Coords{q % par.tp, (q / par.tp) % par.cp, q / (par.tp * par.cp), i / Q}))] = i;
-    }
+    for (std::int64_t i = 0; i < par.pp * Q; ++i) index_of[std::size_t(rank_of_index(par, i))] = i;
     const std::vector<int> finer = refine_by_flows(class_of, index_of, *cfg.topology, class_batches);
     if (*std::max_element(finer.begin(), finer.end()) + 1 > nranks) {
       tapes.classes = step_classes(cfg, finer);

@@ -94,12 +94,13 @@ StepResult simulate_scenario(const Scenario& s, bool keep_trace) {
   if (!cfg.fold && s.gpus() > 65536)
     throw InputError(s.file, "/simulation/fold", "\"off\" simulates every one of the " + std::to_string(s.gpus()) +
                                                      " GPUs; at most 65536 unfolded");
-  const double ranks = double(max_simulated_ranks(cfg)) / double(s.parallelism.pp);
+  const std::int64_t simulated = max_simulated_ranks(cfg);
+  const double ranks = double(simulated) / double(s.parallelism.pp);
   const double work = double(simulated_micro_batches(cfg)) * double(s.model.layers + 2) * ranks;
   if (work > 4e6)
     throw InputError(s.file, "/model/layers", std::to_string(s.model.layers) + " layers over " +
                                                    std::to_string(simulated_micro_batches(cfg)) +
-                                                   " simulated micro-batches" + (ranks > 1 ? " on each of " + std::to_string(max_simulated_ranks(cfg)) + " simulated GPUs" : std::string()) +
+                                                   " simulated micro-batches" + (ranks > 1 ? " on each of " + std::to_string(simulated) + " simulated GPUs" : std::string()) +
                                                    " is beyond what one step simulation holds (layers x micro-batches x simulated GPUs per stage "
                                                    "at most 4e6)");
   return simulate_step(cfg);
