@@ -99,7 +99,7 @@ GemmPlan ComputeModel::gemm_plan(const GemmShape& g, Dtype d) const {
                                          : 0.0;
       const double tc = work / eff * (1.0 + profile_.k_half(eff_dtype) / k) + reduction;
       const double t = latency + overlap(tc, t_stream, p_ov);
-      if (t < best.time_s) best = {t, work, work / k, reduction, stream, t_stream > tc, tc, t_stream};
+      if (t < best.time_s) best = {t, work, work / k, reduction, stream, t_stream > tc, tc, t_stream, tile.m, tile.n, int(split)};
     }
   }
   return best;

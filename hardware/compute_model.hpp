@@ -23,6 +23,7 @@ struct GemmPlan {
   double work_s = 0, work_over_k = 0, split_reduction_s = 0, stream_s = 0;
   bool memory_bound = false;
   double compute_s = 0, streaming_s = 0;  // tc and tm, the two sides that overlap
+  int tile_m = 0, tile_n = 0, split = 1;   // the output tile and split-K taken
 };
 
 // Time to stream what takes x seconds at full rate when the rate ramps linearly from zero to full

@@ -26,6 +26,9 @@ struct KernelMeasurement {
   // (tiles x split-K / SMs) and whether that algorithm asked for a workspace (split-K).
   double waves = -1;
   bool workspace = false;
+  // The output tile (in the row-major m x n orientation) and split-K of that algorithm, where the
+  // harness could read them from its configuration (0: not recorded).
+  int tile_m = 0, tile_n = 0, split_k = 0;
 };
 
 struct FitStats {

@@ -217,6 +217,23 @@ TEST_CASE("a malformed measurements file is refused with the JSON path", "[hardw
                               "workspace_bytes": null}]})");
   REQUIRE(read_measurements(file).size() == 1);
   CHECK(read_measurements(file).front().waves < 0);
+  // The algorithm's tile and split, where the harness read them; variant rows (other algorithms
+  // than the heuristic's first) are kept in the file but not fitted.
+  write(R"({"schema": "scaleout-measurements/1", "gpu": {"name": "x"},
+            "measurements": [{"kind": "gemm", "dtype": "fp8", "m": 128, "n": 4096, "k": 16384, "time_s": 2.7e-5,
+                              "tile_m": 128, "tile_n": 256, "split_k": 4},
+                             {"kind": "gemm_variant", "variant": "split", "dtype": "fp8", "m": 128, "n": 4096,
+                              "k": 16384, "time_s": 2.5e-5, "split_k": 8}]})");
+  {
+    const auto rows = read_measurements(file);
+    REQUIRE(rows.size() == 1);
+    CHECK(rows.front().tile_m == 128);
+    CHECK(rows.front().tile_n == 256);
+    CHECK(rows.front().split_k == 4);
+  }
+  write(R"({"schema": "scaleout-measurements/1", "gpu": {"name": "x"},
+            "measurements": [{"kind": "gemm", "dtype": "bf16", "m": 64, "n": 64, "k": 64, "time_s": 1e-5, "split_k": 1.5}]})");
+  CHECK(error() == file + ": /measurements/0/split_k: expected a whole number from 0 to 65536");
   write("{not json");
   CHECK(error().find("invalid JSON") != std::string::npos);
   std::remove(file.c_str());

@@ -62,6 +62,15 @@ std::vector<KernelMeasurement> read_measurements(const std::string& file, std::s
       // null: the harness could not read it (a non-finite value); absent alike.
       if (m.contains("waves") && !m["waves"].is_null()) km.waves = num("waves");
       if (m.contains("workspace_bytes") && !m["workspace_bytes"].is_null()) km.workspace = num("workspace_bytes") > 0;
+      auto count = [&](const char* k) {
+        if (!m.contains(k) || m[k].is_null()) return 0;
+        if (!m[k].is_number_integer() || m[k].get<std::int64_t>() < 0 || m[k].get<std::int64_t>() > 65536)
+          throw InputError(file, path + "/" + k, "expected a whole number from 0 to 65536");
+        return int(m[k].get<std::int64_t>());
+      };
+      km.tile_m = count("tile_m");
+      km.tile_n = count("tile_n");
+      km.split_k = count("split_k");
     } else if (kind == "attention") {
       if (!attention_impl.empty() && m.value("impl", std::string()) != attention_impl) continue;
       const std::string pass = str("pass");
@@ -74,10 +83,13 @@ std::vector<KernelMeasurement> read_measurements(const std::string& file, std::s
       km.kernel.bytes = num("bytes");
       km.kernel.name = str("op");
       km.kernel.reduction = km.kernel.name == "layernorm" || km.kernel.name == "rmsnorm" || km.kernel.name == "softmax";
-    } else if (kind == "pcie" || kind == "launch" || kind == "gemm_check" || kind == "attention_check") {
-      continue;  // link, host and correctness records: kept in the file, not part of the compute fit
+    } else if (kind == "pcie" || kind == "launch" || kind == "gemm_check" || kind == "attention_check" ||
+               kind == "gemm_variant") {
+      // Link, host and correctness records, and GEMMs run with algorithms other than the heuristic's
+      // first (what frameworks run): kept in the file, not part of the compute fit.
+      continue;
     } else {
-      throw InputError(file, path + "/kind", "expected gemm, attention, membound, pcie or launch, got \"" + kind + "\"");
+      throw InputError(file, path + "/kind", "expected gemm, gemm_variant, attention, membound, pcie or launch, got \"" + kind + "\"");
     }
     km.seconds = num("time_s");
     if (!(km.seconds > 0)) throw InputError(file, path + "/time_s", "expected a positive time");
@@ -458,7 +470,7 @@ void calibrate_check(const std::string& measurements, const std::string& profile
   if (!residuals.empty()) {
     csv.open(residuals);
     if (!csv) throw InputError(residuals + ": cannot write");
-    csv << "kind,dtype,m,n,k,bytes,op,measured_s,predicted_s,rel_error\n";
+    csv << "kind,dtype,m,n,k,bytes,op,measured_s,predicted_s,rel_error,tile,split,model_tile,model_split\n";
   }
   for (const KernelMeasurement& r : rows) {
     const Kernel& k = r.kernel;
@@ -474,9 +486,19 @@ void calibrate_check(const std::string& measurements, const std::string& profile
     } else {
       errors["attention"].push_back(std::fabs(err));
     }
-    if (csv)
+    if (csv) {
       csv << kind << "," << to_string(k.dtype) << "," << k.gemm.m << "," << k.gemm.n << "," << k.gemm.k << "," << k.bytes << ","
-          << k.name << "," << r.seconds << "," << predicted << "," << err << "\n";
+          << k.name << "," << r.seconds << "," << predicted << "," << err;
+      // The tile and split cuBLASLt ran (where recorded) beside the model's own choice.
+      if (k.kind == KernelKind::gemm) {
+        const GemmPlan plan = cm.gemm_plan(k.gemm, k.dtype);
+        csv << "," << (r.tile_m > 0 ? std::to_string(r.tile_m) + "x" + std::to_string(r.tile_n) : "") << ","
+            << (r.split_k > 0 ? std::to_string(r.split_k) : "") << "," << plan.tile_m << "x" << plan.tile_n << "," << plan.split;
+      } else {
+        csv << ",,,,";
+      }
+      csv << "\n";
+    }
   }
   os << "profile " << profile_file << " against " << measurements << " (" << gpu_name
      << (measured_on.empty() ? "" : ", " + measured_on) << "):\n";

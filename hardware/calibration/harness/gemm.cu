@@ -20,6 +20,7 @@
 #include <tuple>
 #include <utility>
 
+#include "lt_ids.h"
 #include "phases.h"
 
 namespace harness {
@@ -146,6 +147,25 @@ std::vector<GemmCase> build_plan(bool quick) {
   return plan;
 }
 
+// Products whose kernel cuBLASLt picks from several close candidates: few output tiles over a
+// long reduction, where split-K, the tile and the number of SMs used decide the time. Each is
+// timed with every algorithm of the heuristic's list (up to kVariants) and with the first one
+// re-cut into other split-K counts, so that the model's choice can be told from the library's.
+constexpr int kVariants = 8;
+std::vector<GemmCase> build_variant_plan(bool quick) {
+  std::vector<GemmCase> v;
+  if (quick) {
+    v.push_back({DType::BF16, false, 128, 4096, 16384, "variants"});
+    return v;
+  }
+  for (DType t : {DType::BF16, DType::FP8_E4M3})
+    for (int64_t m : {64, 128, 256})
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {4096, 16384}, {8192, 8192}, {1024, 8192}})
+        v.push_back({t, t == DType::FP8_E4M3, m, n, k, "variants"});
+  return v;
+}
+constexpr int kSplitSweep[] = {1, 2, 3, 4, 6, 8, 12, 16};
+
 // Rough H200 rates, for budget checks and --list only.
 double predict_op_s(const GemmCase& c) {
   double rate = 700e12;
@@ -233,6 +253,38 @@ std::string setup_case(cublasLtHandle_t lt, const GemmCase& c, const float* d_on
   if (returned == 0) return "cublasLtMatmulAlgoGetHeuristic: no algorithm for this case";
   if (d.heur.state != CUBLAS_STATUS_SUCCESS) return std::string("heuristic state: ") + cublasGetStatusName(d.heur.state);
   return "";
+}
+
+// The configuration of an algorithm, in our orientation: cuBLAS's tile M runs along our n and its
+// N along our m (the mapping at the top), so tile_m x tile_n is the output block of one CTA as
+// the simulator's GEMM model counts it. Attributes the library does not report are left out.
+void add_algo_config(JsonObject& e, const cublasLtMatmulAlgo_t& algo) {
+  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr, auto& value) {
+    size_t written = 0;
+    return cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof value, &written) == CUBLAS_STATUS_SUCCESS;
+  };
+  int32_t id = -1;
+  if (get(CUBLASLT_ALGO_CONFIG_ID, id)) e.integer("algo_id", id);
+  uint32_t tile = 0;
+  if (get(CUBLASLT_ALGO_CONFIG_TILE_ID, tile)) {
+    e.integer("tile_id", tile);
+    for (const LtTileShape& t : kLtTiles)
+      if (t.id == tile) e.integer("tile_m", t.n).integer("tile_n", t.m);
+  }
+  int32_t split = 0;
+  if (get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, split)) e.integer("split_k", split);
+  uint32_t u = 0;
+  if (get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, u)) e.integer("reduction_scheme", u);
+  if (get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, u)) e.integer("cta_swizzling", u);
+  if (get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, u)) e.integer("custom_option", u);
+  if (get(CUBLASLT_ALGO_CONFIG_STAGES_ID, u)) e.integer("stages_id", u);
+  uint16_t h = 0;
+  if (get(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, h)) e.integer("inner_shape_id", h);
+  if (get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, h)) {
+    e.integer("cluster_shape_id", h);
+    for (const LtClusterShape& c : kLtClusters)
+      if (c.id == h) e.str("cluster_lt", std::to_string(c.x) + "x" + std::to_string(c.y) + "x" + std::to_string(c.z));
+  }
 }
 
 struct Arenas {
@@ -359,6 +411,10 @@ PlanSummary plan_gemm(bool quick) {
     ++s.entries;
     s.predicted_s += predict_time_op_s(predict_op_s(c), o) + 2e-3;
   }
+  for (const auto& c : build_variant_plan(quick)) {
+    s.entries += kVariants + static_cast<int>(std::size(kSplitSweep)) - 1;
+    s.predicted_s += (kVariants + std::size(kSplitSweep)) * (predict_time_op_s(predict_op_s(c), o) + 2e-3);
+  }
   s.entries += 5;  // correctness checks
   s.predicted_s += 2.0;  // handle creation, arena allocation and fills
   return s;
@@ -384,8 +440,10 @@ void run_gemm_phase(PhaseContext& ctx) {
   } guard{lt};
 
   // Arenas sized for the largest case including its rotation sets.
+  const std::vector<GemmCase> variants = build_variant_plan(ctx.quick);
   size_t need_a = 0, need_b = 0, need_c = 0;
-  for (const auto& c : plan) {
+  for (const auto* list : {&plan, &variants})
+  for (const auto& c : *list) {
     const CaseLayout l = layout_of(c, ctx.dev.l2_bytes);
     need_a = std::max(need_a, l.a_stride * l.sets);
     need_b = std::max(need_b, l.b_stride * l.sets);
@@ -422,44 +480,30 @@ void run_gemm_phase(PhaseContext& ctx) {
   const TimingOptions opts = gemm_timing(ctx.quick);
   bool filled = false;
   DType filled_type = DType::BF16;
-  for (const auto& c : plan) {
-    if (ctx.broken) break;
-    const double predicted = predict_time_op_s(predict_op_s(c), opts) + 0.01;
-    if (!ctx.budget.allows(predicted)) {
-      ctx.skip();
-      continue;
-    }
-    // Random inputs of the case's type over the whole arena (a few ms).
-    if (!filled || filled_type != c.type) {
-      const size_t es = dtype_size(c.type);
-      std::string ferr = fill_random(ar.a.get(), need_a / es, c.type, 1, ctx.stream);
-      if (ferr.empty()) ferr = fill_random(ar.b.get(), need_b / es, c.type, 2, ctx.stream);
-      if (ferr.empty()) ferr = cuda_error(cudaStreamSynchronize(ctx.stream), "fill sync");
-      if (!ferr.empty()) {
-        JsonObject e;
-        e.str("kind", "gemm").str("dtype", gemm_dtype_name(c.type)).str("error", "fill: " + ferr);
-        ctx.emit(e);
-        continue;
-      }
-      filled = true;
-      filled_type = c.type;
-    }
-
-    const CaseLayout l = layout_of(c, ctx.dev.l2_bytes);
+  // Random inputs of the case's type over the whole arena (a few ms), when the type changes.
+  auto fill_for = [&](const GemmCase& c) -> std::string {
+    if (filled && filled_type == c.type) return "";
+    const size_t es = dtype_size(c.type);
+    std::string ferr = fill_random(ar.a.get(), need_a / es, c.type, 1, ctx.stream);
+    if (ferr.empty()) ferr = fill_random(ar.b.get(), need_b / es, c.type, 2, ctx.stream);
+    if (ferr.empty()) ferr = cuda_error(cudaStreamSynchronize(ctx.stream), "fill sync");
+    if (!ferr.empty()) return "fill: " + ferr;
+    filled = true;
+    filled_type = c.type;
+    return "";
+  };
+  auto row = [&](const char* kind, const GemmCase& c) {
     JsonObject e;
-    e.str("kind", "gemm").str("dtype", gemm_dtype_name(c.type)).str("layout", c.nt ? "nt" : "nn").str("tag", c.tag);
+    e.str("kind", kind).str("dtype", gemm_dtype_name(c.type)).str("layout", c.nt ? "nt" : "nn").str("tag", c.tag);
     e.integer("m", c.m).integer("n", c.n).integer("k", c.k);
     e.str("out_dtype", dtype_name(output_type(c.type)));
     if (c.type == DType::FP8_E4M3) e.boolean("fast_accum", true);
-    LtDescs d;
-    std::string serr = setup_case(lt, c, d_one, d);
-    if (!serr.empty()) {
-      e.null("time_s").str("error", serr);
-      ctx.emit(e);
-      log_msg("%s %s %lldx%lldx%lld: %s", gemm_dtype_name(c.type), c.tag.c_str(), (long long)c.m, (long long)c.n,
-           (long long)c.k, serr.c_str());
-      continue;
-    }
+    return e;
+  };
+  // Times one case with one algorithm into e (timing, config, workspace and waves).
+  auto time_algo = [&](const GemmCase& c, const LtDescs& d, const cublasLtMatmulAlgo_t& algo, size_t workspace,
+                       float waves, JsonObject& e) {
+    const CaseLayout l = layout_of(c, ctx.dev.l2_bytes);
     char* base_a = ar.a.as<char>();
     char* base_b = ar.b.as<char>();
     char* base_c = ar.c.as<char>();
@@ -471,27 +515,122 @@ void run_gemm_phase(PhaseContext& ctx) {
       const void* b = base_b + set * l.b_stride;
       void* cc = base_c + set * l.c_stride;
       // cuBLAS A := our B, cuBLAS B := our A (see the mapping at the top).
-      LT_TRY(cublasLtMatmul(lt, d.op, &alpha, b, d.a, a, d.b, &beta, cc, d.c, cc, d.d, &d.heur.algo, ws, kWorkspaceBytes, s));
+      LT_TRY(cublasLtMatmul(lt, d.op, &alpha, b, d.a, a, d.b, &beta, cc, d.c, cc, d.d, &algo, ws, kWorkspaceBytes, s));
       return "";
     };
     const Timing t = time_op(ctx.stream, fn, opts, ctx.budget);
     add_timing(e, t);
     if (t.ok) e.num("tflops", 2.0 * c.m * c.n * c.k / t.median_s / 1e12);
     e.integer("rotation_sets", l.sets);
-    int algo_id = -1;
-    size_t written = 0;
-    if (cublasLtMatmulAlgoConfigGetAttribute(&d.heur.algo, CUBLASLT_ALGO_CONFIG_ID, &algo_id, sizeof algo_id, &written) ==
-        CUBLAS_STATUS_SUCCESS)
-      e.integer("algo_id", algo_id);
-    e.integer("workspace_bytes", static_cast<int64_t>(d.heur.workspaceSize));
-    e.num("waves", d.heur.wavesCount);
-    ctx.emit(e);
+    add_algo_config(e, algo);
+    e.integer("workspace_bytes", static_cast<int64_t>(workspace));
+    e.num("waves", waves);
+    return t;
+  };
+  auto log_row = [&](const GemmCase& c, const Timing& t, const std::string& what) {
     if (t.ok)
-      log_msg("%s %s %s %lldx%lldx%lld: %.4f ms %.1f TFLOP/s", gemm_dtype_name(c.type), c.nt ? "nt" : "nn", c.tag.c_str(),
-           (long long)c.m, (long long)c.n, (long long)c.k, t.median_s * 1e3, 2.0 * c.m * c.n * c.k / t.median_s / 1e12);
+      log_msg("%s %s %s %lldx%lldx%lld%s: %.4f ms %.1f TFLOP/s", gemm_dtype_name(c.type), c.nt ? "nt" : "nn", c.tag.c_str(),
+              (long long)c.m, (long long)c.n, (long long)c.k, what.c_str(), t.median_s * 1e3,
+              2.0 * c.m * c.n * c.k / t.median_s / 1e12);
     else
+      log_msg("%s %s %lldx%lldx%lld%s: %s", gemm_dtype_name(c.type), c.tag.c_str(), (long long)c.m, (long long)c.n,
+              (long long)c.k, what.c_str(), t.error.c_str());
+  };
+
+  for (const auto& c : plan) {
+    if (ctx.broken) break;
+    const double predicted = predict_time_op_s(predict_op_s(c), opts) + 0.01;
+    if (!ctx.budget.allows(predicted)) {
+      ctx.skip();
+      continue;
+    }
+    JsonObject e = row("gemm", c);
+    if (std::string ferr = fill_for(c); !ferr.empty()) {
+      ctx.emit(e.null("time_s").str("error", ferr));
+      continue;
+    }
+    LtDescs d;
+    std::string serr = setup_case(lt, c, d_one, d);
+    if (!serr.empty()) {
+      e.null("time_s").str("error", serr);
+      ctx.emit(e);
       log_msg("%s %s %lldx%lldx%lld: %s", gemm_dtype_name(c.type), c.tag.c_str(), (long long)c.m, (long long)c.n,
-           (long long)c.k, t.error.c_str());
+              (long long)c.k, serr.c_str());
+      continue;
+    }
+    const Timing t = time_algo(c, d, d.heur.algo, d.heur.workspaceSize, d.heur.wavesCount, e);
+    ctx.emit(e);
+    log_row(c, t, "");
+  }
+
+  // The variants: the heuristic's list, then its first algorithm with other split-K counts.
+  for (const auto& c : variants) {
+    if (ctx.broken) break;
+    const double predicted = (kVariants + std::size(kSplitSweep)) * (predict_time_op_s(predict_op_s(c), opts) + 0.01);
+    if (!ctx.budget.allows(predicted)) {
+      ctx.skip();
+      continue;
+    }
+    JsonObject head = row("gemm_variant", c);
+    if (std::string ferr = fill_for(c); !ferr.empty()) {
+      ctx.emit(head.null("time_s").str("error", ferr));
+      continue;
+    }
+    LtDescs d;
+    std::string serr = setup_case(lt, c, d_one, d);
+    cublasLtMatmulHeuristicResult_t list[kVariants] = {};
+    int returned = 0;
+    if (serr.empty()) {
+      const cublasStatus_t st =
+          cublasLtMatmulAlgoGetHeuristic(lt, d.op, d.a, d.b, d.c, d.d, d.pref, kVariants, list, &returned);
+      if (st != CUBLAS_STATUS_SUCCESS) serr = std::string("cublasLtMatmulAlgoGetHeuristic: ") + cublasGetStatusName(st);
+    }
+    if (!serr.empty()) {
+      ctx.emit(head.null("time_s").str("error", serr));
+      continue;
+    }
+    for (int i = 0; i < returned && !ctx.broken; ++i) {
+      JsonObject e = row("gemm_variant", c);
+      e.str("variant", "heuristic").integer("rank", i);
+      if (list[i].state != CUBLAS_STATUS_SUCCESS) {
+        ctx.emit(e.null("time_s").str("error", std::string("heuristic state: ") + cublasGetStatusName(list[i].state)));
+        continue;
+      }
+      const Timing t = time_algo(c, d, list[i].algo, list[i].workspaceSize, list[i].wavesCount, e);
+      ctx.emit(e);
+      log_row(c, t, " heuristic #" + std::to_string(i));
+    }
+    int32_t own_split = 1;
+    size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&d.heur.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &own_split, sizeof own_split, &written);
+    uint32_t own_scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+    cublasLtMatmulAlgoConfigGetAttribute(&d.heur.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &own_scheme, sizeof own_scheme,
+                                         &written);
+    for (int split : kSplitSweep) {
+      if (ctx.broken) break;
+      if (split == own_split) continue;
+      JsonObject e = row("gemm_variant", c);
+      e.str("variant", "split").integer("rank", 0);
+      cublasLtMatmulAlgo_t algo = d.heur.algo;
+      const uint32_t scheme = split == 1 ? CUBLASLT_REDUCTION_SCHEME_NONE
+                              : own_scheme != CUBLASLT_REDUCTION_SCHEME_NONE ? own_scheme
+                                                                             : CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      cublasLtMatmulHeuristicResult_t checked{};
+      cublasStatus_t st = cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof split);
+      if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme);
+      if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulAlgoCheck(lt, d.op, d.a, d.b, d.c, d.d, &algo, &checked);
+      if (st != CUBLAS_STATUS_SUCCESS || checked.workspaceSize > kWorkspaceBytes) {
+        e.integer("split_k", split).null("time_s");
+        e.str("error", st != CUBLAS_STATUS_SUCCESS ? std::string("cublasLtMatmulAlgoCheck: ") + cublasGetStatusName(st)
+                                                   : "needs more workspace than 32 MiB");
+        ctx.emit(e);
+        continue;
+      }
+      const Timing t = time_algo(c, d, algo, checked.workspaceSize, checked.wavesCount, e);
+      ctx.emit(e);
+      log_row(c, t, " split " + std::to_string(split));
+    }
   }
 }
 
