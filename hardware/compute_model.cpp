@@ -94,11 +94,13 @@ GemmPlan ComputeModel::gemm_plan(const GemmShape& g, Dtype d) const {
       const double tm = std::min<double>(tile.m, std::ceil(double(g.m) / 16.0) * 16.0);
       const double tn = std::min<double>(tile.n, std::ceil(double(g.n) / 16.0) * 16.0);
       const double work = waves * 2.0 * tm * tn * k / (sm_rate * tile.efficiency);
+      // Split-K's partial sums (fp32) are written by the slices and read back to be added once
+      // the main loop has streamed its operands: an epilogue after it, not overlapped with it.
       const double reduction = split > 1 ? double(g.m) * double(g.n) * double(g.batch) * 4.0 * split /
                                                (gpu_.hbm_bandwidth.value * profile_.memory_efficiency)
                                          : 0.0;
-      const double tc = work / eff * (1.0 + profile_.k_half(eff_dtype) / k) + reduction;
-      const double t = latency + overlap(tc, t_stream, p_ov);
+      const double tc = work / eff * (1.0 + profile_.k_half(eff_dtype) / k);
+      const double t = latency + overlap(tc, t_stream, p_ov) + reduction;
       if (t < best.time_s) best = {t, work, work / k, reduction, stream, t_stream > tc, tc, t_stream, tile.m, tile.n, int(split)};
     }
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include <Eigen/Dense>
 
@@ -115,7 +116,24 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
   // the fitted unaligned rows their waves, when it gives at least three and two thirds of them;
   // between shapes that give as many, the one whose misses lie closest (relative deviation summed
   // over the rows), and the note says it was a tie.
-  {
+  // Where the harness recorded the tile each row ran with, the tile is read directly: the one
+  // most of the fitted unaligned rows ran, when at least two thirds of them did (the wave counts
+  // cannot tell 128 x 256 from 256 x 128; the recorded tiles can).
+  std::map<std::pair<int, int>, std::size_t> recorded;
+  std::size_t with_tile = 0;
+  for (const auto* m : gemm_fit)
+    if (!aligned(*m) && m->tile_m > 0 && m->tile_n > 0) {
+      ++recorded[{m->tile_m, m->tile_n}];
+      ++with_tile;
+    }
+  const auto most = std::max_element(recorded.begin(), recorded.end(),
+                                     [](const auto& a, const auto& b) { return a.second < b.second; });
+  if (with_tile >= 3 && most != recorded.end() && 3 * most->second >= 2 * with_tile) {
+    p.gemm_unaligned_tile = {most->first.first, most->first.second, 1.0};
+    rep.notes.push_back("unaligned GEMMs run one tile, " + std::to_string(most->first.first) + " x " +
+                        std::to_string(most->first.second) + " (recorded for " + std::to_string(most->second) + " of " +
+                        std::to_string(with_tile) + " unaligned rows)");
+  } else {
     std::vector<const KernelMeasurement*> with_waves;
     for (const auto* m : gemm_fit)
       if (!aligned(*m) && m->waves > 0 && !m->workspace) with_waves.push_back(m);
@@ -170,8 +188,8 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
         if (m->kernel.dtype != d) continue;
         const GemmTerms g = gemm_terms(gpu, q, m->kernel.gemm, d);
         if (g.memory_bound || !aligned(*m)) continue;
-        const double tc = math_part(m->seconds - q.kernel_latency.seconds(), g.tm, q.gemm_overlap_exponent);
-        const double rest = tc - g.fixed;
+        const double tc = math_part(m->seconds - q.kernel_latency.seconds() - g.fixed, g.tm, q.gemm_overlap_exponent);
+        const double rest = tc;
         if (tc <= 0 || rest <= 0) continue;
         a.push_back({g.w, g.w_over_k});
         t.push_back(rest);
@@ -208,7 +226,7 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
   // ramp (0 to 20 us by 0.05 us) and the efficiency (0.30 to 1 by 0.0025).
   auto fit_stream = [&](ComputeProfile& q) {
     for (int iter = 0; iter < 3; ++iter) {
-      std::vector<double> full, t, tc;  // bytes over the HBM bandwidth; measured time; math time
+      std::vector<double> full, t, tc, red;  // bytes over the HBM bandwidth; measured time; math time; split-K epilogue
       for (const auto* m : gemm_fit) {
         const auto& g = m->kernel.gemm;
         if (!aligned(*m)) continue;
@@ -219,6 +237,7 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
         full.push_back(bytes / gpu.hbm_bandwidth.value);
         t.push_back(m->seconds);
         tc.push_back(terms.tc);
+        red.push_back(terms.fixed);
       }
       if (t.size() < 3) {
         if (iter == 0) rep.notes.push_back("fewer than three bandwidth-bound GEMMs; their bandwidth and ramp kept");
@@ -231,7 +250,8 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
           const double eff = 0.30 + ei * 0.0025;
           double err = 0;
           for (std::size_t i = 0; i < t.size(); ++i)
-            err += std::pow((q.kernel_latency.seconds() + overlap(tc[i], stream_time(full[i] / eff, ramp), q.gemm_overlap_exponent) - t[i]) / t[i], 2);
+            err += std::pow((q.kernel_latency.seconds() + overlap(tc[i], stream_time(full[i] / eff, ramp), q.gemm_overlap_exponent) +
+                             red[i] - t[i]) / t[i], 2);
           if (err < best) best = err, best_ramp = ramp, best_eff = eff;
         }
       }

@@ -186,6 +186,16 @@ TEST_CASE("the fit reads the unaligned GEMMs' one tile off their wave counts", "
   // Without wave counts there is nothing to read it from: the tiles are chosen among as before.
   for (auto& r : rows) r.waves = -1;
   CHECK(fit_profile(gpu, rows, default_profile(gpu)).profile.gemm_unaligned_tile.m == 0);
+  // Where the harness recorded each row's tile, the fit reads it directly, and tells 128 x 256
+  // from 256 x 128 (which give the same wave counts on these shapes).
+  for (auto& r : rows) r.tile_m = 128, r.tile_n = 256;
+  const FitReport recorded = fit_profile(gpu, rows, default_profile(gpu));
+  CHECK(recorded.profile.gemm_unaligned_tile.m == 128);
+  CHECK(recorded.profile.gemm_unaligned_tile.n == 256);
+  CHECK(recorded.gemm.worst_rel_error < 0.03);
+  // Too few rows agree on one tile: none is taken.
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i].tile_m = 64 << (i % 3);
+  CHECK(fit_profile(gpu, rows, default_profile(gpu)).profile.gemm_unaligned_tile.m == 0);
 }
 
 TEST_CASE("a malformed measurements file is refused with the JSON path", "[hardware][calibration]") {
@@ -233,7 +243,7 @@ TEST_CASE("a malformed measurements file is refused with the JSON path", "[hardw
   }
   write(R"({"schema": "scaleout-measurements/1", "gpu": {"name": "x"},
             "measurements": [{"kind": "gemm", "dtype": "bf16", "m": 64, "n": 64, "k": 64, "time_s": 1e-5, "split_k": 1.5}]})");
-  CHECK(error() == file + ": /measurements/0/split_k: expected a whole number from 0 to 65536");
+  CHECK(error() == file + ": /measurements/0/split_k: expected a whole number from -1 to 65536");
   write("{not json");
   CHECK(error().find("invalid JSON") != std::string::npos);
   std::remove(file.c_str());

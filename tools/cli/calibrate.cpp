@@ -62,11 +62,13 @@ std::vector<KernelMeasurement> read_measurements(const std::string& file, std::s
       // null: the harness could not read it (a non-finite value); absent alike.
       if (m.contains("waves") && !m["waves"].is_null()) km.waves = num("waves");
       if (m.contains("workspace_bytes") && !m["workspace_bytes"].is_null()) km.workspace = num("workspace_bytes") > 0;
+      // -1: the algorithm decides at run time (cuBLASLt reports a split-K of -1 for some tf32
+      // kernels), read as not recorded.
       auto count = [&](const char* k) {
         if (!m.contains(k) || m[k].is_null()) return 0;
-        if (!m[k].is_number_integer() || m[k].get<std::int64_t>() < 0 || m[k].get<std::int64_t>() > 65536)
-          throw InputError(file, path + "/" + k, "expected a whole number from 0 to 65536");
-        return int(m[k].get<std::int64_t>());
+        if (!m[k].is_number_integer() || m[k].get<std::int64_t>() < -1 || m[k].get<std::int64_t>() > 65536)
+          throw InputError(file, path + "/" + k, "expected a whole number from -1 to 65536");
+        return std::max(0, int(m[k].get<std::int64_t>()));
       };
       km.tile_m = count("tile_m");
       km.tile_n = count("tile_n");
