@@ -166,6 +166,55 @@ std::vector<GemmCase> build_variant_plan(bool quick) {
 }
 constexpr int kSplitSweep[] = {1, 2, 3, 4, 6, 8, 12, 16};
 
+// Shapes of none of the grids above, to check a profile on products it was never fitted near:
+// the layers of models with grouped-query attention and the feed-forward sizes they ship
+// (Llama-3-8B/70B, Qwen2-7B, GPT-NeoX-20B, Mixtral's experts), whole and cut by tensor
+// parallelism, at token counts the grid does not use, with their weight and input gradients,
+// fp8 forward products, and decode-like products of 32, 96 and 200 rows.
+std::vector<GemmCase> build_novel_plan(bool quick) {
+  struct Model {
+    const char* name;
+    int64_t h, qkv, ffn, tp;
+  };
+  const Model models[] = {{"llama3-8b", 4096, 6144, 14336, 1},   {"llama3-70b-tp8", 8192, 10240, 28672, 8},
+                          {"qwen2-7b", 3584, 4608, 18944, 1},    {"gpt-neox-20b-tp2", 6144, 18432, 24576, 2},
+                          {"llama3-70b-tp4", 8192, 10240, 28672, 4}, {"mixtral-expert", 4096, 6144, 14336, 1}};
+  std::vector<GemmCase> v;
+  const DType B = DType::BF16;
+  for (const Model& md : models) {
+    const std::string tag = std::string("novel:") + md.name;
+    const bool expert = std::string(md.name) == "mixtral-expert";
+    for (int64_t t : expert ? std::vector<int64_t>{1536, 5120} : std::vector<int64_t>{3072, 12288}) {
+      if (!expert) {
+        v.push_back({B, false, t, md.qkv / md.tp, md.h, tag + ":qkv"});
+        v.push_back({B, false, t, md.h, md.h / md.tp, tag + ":attn_out"});
+      }
+      v.push_back({B, false, t, 2 * md.ffn / md.tp, md.h, tag + ":gate_up"});
+      v.push_back({B, false, t, md.h, md.ffn / md.tp, tag + ":down"});
+      v.push_back({B, false, md.h, 2 * md.ffn / md.tp, t, tag + ":wgrad_gate_up"});
+      v.push_back({B, false, t, md.ffn / md.tp, md.h, tag + ":dgrad_down"});
+      if (quick) return v;
+    }
+  }
+  // fp8 forward products (Transformer Engine's recipe: weights stored [n,k]).
+  for (const Model& md : models)
+    if (md.tp <= 2)
+      for (int64_t t : {3072, 12288}) {
+        const std::string tag = std::string("novel:") + md.name;
+        v.push_back({DType::FP8_E4M3, true, t, md.qkv / md.tp, md.h, tag + ":qkv"});
+        v.push_back({DType::FP8_E4M3, true, t, 2 * md.ffn / md.tp, md.h, tag + ":gate_up"});
+        v.push_back({DType::FP8_E4M3, true, t, md.h, md.ffn / md.tp, tag + ":down"});
+      }
+  // Decode-like products against Llama-3-8B's weights, bf16 and fp8, and fp16 for a few.
+  for (int64_t m : {32, 96, 200})
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{6144, 4096}, {28672, 4096}, {4096, 14336}}) {
+      v.push_back({B, false, m, n, k, "novel:decode"});
+      v.push_back({DType::FP8_E4M3, true, m, n, k, "novel:decode"});
+      if (m == 96) v.push_back({DType::FP16, false, m, n, k, "novel:decode"});
+    }
+  return v;
+}
+
 // Rough H200 rates, for budget checks and --list only.
 double predict_op_s(const GemmCase& c) {
   double rate = 700e12;
@@ -420,8 +469,27 @@ PlanSummary plan_gemm(bool quick) {
   return s;
 }
 
-void run_gemm_phase(PhaseContext& ctx) {
-  const std::vector<GemmCase> plan = build_plan(ctx.quick);
+namespace {
+void run_gemm_cases(PhaseContext& ctx, const std::vector<GemmCase>& plan, const std::vector<GemmCase>& variants);
+}  // namespace
+
+void run_gemm_phase(PhaseContext& ctx) { run_gemm_cases(ctx, build_plan(ctx.quick), build_variant_plan(ctx.quick)); }
+void run_gemm_novel_phase(PhaseContext& ctx) { run_gemm_cases(ctx, build_novel_plan(ctx.quick), {}); }
+
+PlanSummary plan_gemm_novel(bool quick) {
+  PlanSummary s;
+  const TimingOptions o = gemm_timing(quick);
+  for (const auto& c : build_novel_plan(quick)) {
+    ++s.entries;
+    s.predicted_s += predict_time_op_s(predict_op_s(c), o) + 2e-3;
+  }
+  s.entries += 5;
+  s.predicted_s += 2.0;
+  return s;
+}
+
+namespace {
+void run_gemm_cases(PhaseContext& ctx, const std::vector<GemmCase>& plan, const std::vector<GemmCase>& variants) {
   log_msg("%zu GEMM cases", plan.size());
 
   cublasLtHandle_t lt = nullptr;
@@ -440,7 +508,6 @@ void run_gemm_phase(PhaseContext& ctx) {
   } guard{lt};
 
   // Arenas sized for the largest case including its rotation sets.
-  const std::vector<GemmCase> variants = build_variant_plan(ctx.quick);
   size_t need_a = 0, need_b = 0, need_c = 0;
   for (const auto* list : {&plan, &variants})
   for (const auto& c : *list) {
@@ -633,5 +700,6 @@ void run_gemm_phase(PhaseContext& ctx) {
     }
   }
 }
+}  // namespace
 
 }  // namespace harness
