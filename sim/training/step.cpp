@@ -1,6 +1,7 @@
 #include "sim/training/step.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <deque>
@@ -820,10 +821,44 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   std::vector<Run> runs(nranks);
   struct RunOp {
     Time busy, floor;  // the change happens at max(run start + busy, floor)
-    MemOp op;
-    bool alloc;
+    double bytes;      // + allocates, - frees
+    MemCategory category;
   };
   TaskLists<RunOp> run_ops;
+  // A run's changes at one instant (the same busy and floor) are gathered before they are listed:
+  // frees and then allocations at one instant take the level down and then up, so no level in
+  // between is above both ends, and summed per category (the falling sums first) they give the
+  // same peak, holding the same bytes of each category. A free after an allocation at the same
+  // instant starts a new group. (Half of a pipelined step's changes share an instant: 4.3M -> 2.2M
+  // listed for a 32-rank step.)
+  struct InstantGroup {
+    TaskId task = 0;
+    Time busy, floor;
+    std::array<double, kMemCategoryCount> net{};
+    std::array<bool, kMemCategoryCount> touched{};
+    bool open = false, allocated = false;
+  } group;
+  auto flush_group = [&] {
+    if (!group.open) return;
+    for (int rising = 0; rising < 2; ++rising)
+      for (std::size_t c = 0; c < kMemCategoryCount; ++c)
+        if (group.touched[c] && group.net[c] != 0 && (group.net[c] > 0) == (rising == 1))
+          run_ops.push(group.task, {group.busy, group.floor, group.net[c], static_cast<MemCategory>(c)});
+    group = InstantGroup{};
+  };
+  auto run_op = [&](TaskId g, Time busy, Time floor, const MemOp& mo, bool alloc) {
+    if (!group.open || group.task != g || group.busy != busy || group.floor != floor || (!alloc && group.allocated)) {
+      flush_group();
+      group.open = true;
+      group.task = g;
+      group.busy = busy;
+      group.floor = floor;
+    }
+    const auto c = static_cast<std::size_t>(mo.category);
+    group.net[c] += alloc ? mo.bytes : -mo.bytes;
+    group.touched[c] = true;
+    group.allocated = group.allocated || alloc;
+  };
   bool merging = false;            // set inside the passes of a step without a trace
   bool seal_after_kernel = false;  // the next kernel ends its run
   auto seal = [&](int rank) { runs[std::size_t(rank)].open = false; };
@@ -1188,13 +1223,13 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
         const bool in_run = merging && !coll;
         if (k == 0 && !it.allocs.empty()) {
           if (in_run)
-            for (const MemOp& mo : it.allocs) run_ops.push(g, {op_busy, op_floor, mo, true});
+            for (const MemOp& mo : it.allocs) run_op(g, op_busy, op_floor, mo, true);
           else
             opens.push(g, it.allocs);
         }
         if (k + 1 == kernels.size() && !it.frees.empty()) {
           if (in_run)
-            for (const MemOp& mo : it.frees) run_ops.push(g, {run.busy, run.floor, mo, false});
+            for (const MemOp& mo : it.frees) run_op(g, run.busy, run.floor, mo, false);
           else
             closes.push(g, it.frees);
         }
@@ -1587,12 +1622,11 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
       return simulate_step_with(cfg, tapes);
     }
   }
+  flush_group();
   ex.on_start([&](TaskId id, Time at) {
     MemoryTracker& mem = ranks[info[id].rank].mem;
     opens.for_each(id, [&](const MemOp& mo) { mem.alloc(mo.category, mo.bytes, at); });
-    run_ops.for_each(id, [&](const RunOp& ro) {
-      mem.later(ro.op.category, ro.alloc ? ro.op.bytes : -ro.op.bytes, max(at + ro.busy, ro.floor));
-    });
+    run_ops.for_each(id, [&](const RunOp& ro) { mem.later(ro.category, ro.bytes, max(at + ro.busy, ro.floor)); });
   });
   ex.on_finish([&](TaskId id, Time at) {
     closes.for_each(id, [&](const MemOp& mo) { ranks[info[id].rank].mem.free(mo.category, mo.bytes, at); });
