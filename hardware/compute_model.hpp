@@ -14,9 +14,10 @@
 namespace scaleout {
 
 // How a GEMM runs under the model: its best tile and split, as the calibration fit needs it.
-// time = latency + overlap(work / efficiency * (1 + k_half / k) + split_reduction,
-//                          stream_time(stream, ramp), gemm_overlap_exponent) for that choice; `work` is the waves' FLOPs over
-// the SMs' peak (efficiency 1), `work_over_k` that over k, `stream` the bytes over the streaming
+// time = latency + overlap(work / efficiency * (1 + k_half / k), stream_time(stream, ramp),
+//                          gemm_overlap_exponent) + split_reduction for that choice: split-K's
+// partial sums are added after the main loop, not beside it. `work` is the waves' FLOPs over the
+// SMs' peak (efficiency 1), `work_over_k` that over k, `stream` the bytes over the streaming
 // bandwidth.
 struct GemmPlan {
   double time_s = 0;  // the whole kernel, its fixed cost included

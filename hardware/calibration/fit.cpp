@@ -72,7 +72,7 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
   std::vector<const KernelMeasurement*> gemm_fit, gemm_held, mem_fit, mem_held, att_fit, att_held;
   int ng = 0, nm = 0, na = 0;
   for (const auto& r : rows) {
-    if (!(r.seconds > 0)) continue;
+    if (!(r.seconds > 0) || r.novel) continue;
     switch (r.kernel.kind) {
       case KernelKind::gemm: (ng++ % hold_out_every == hold_out_every - 1 ? gemm_held : gemm_fit).push_back(&r); break;
       case KernelKind::memory: (nm++ % hold_out_every == hold_out_every - 1 ? mem_held : mem_fit).push_back(&r); break;
@@ -188,11 +188,12 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
         if (m->kernel.dtype != d) continue;
         const GemmTerms g = gemm_terms(gpu, q, m->kernel.gemm, d);
         if (g.memory_bound || !aligned(*m)) continue;
+        // The math time: what is left of the measured time once the fixed cost and split-K's
+        // reduction epilogue are taken off and the streaming it overlapped with is undone.
         const double tc = math_part(m->seconds - q.kernel_latency.seconds() - g.fixed, g.tm, q.gemm_overlap_exponent);
-        const double rest = tc;
-        if (tc <= 0 || rest <= 0) continue;
+        if (tc <= 0) continue;
         a.push_back({g.w, g.w_over_k});
-        t.push_back(rest);
+        t.push_back(tc);
       }
       if (a.size() < 3) break;
       const Eigen::VectorXd x = solve_relative(a, t);

@@ -23,9 +23,12 @@ struct KernelMeasurement {
   Kernel kernel;
   double seconds = 0;
   // GEMMs, where the harness recorded them: cuBLASLt's wave count for its chosen algorithm
-  // (tiles x split-K / SMs) and whether that algorithm asked for a workspace (split-K).
+  // (tiles / SMs; algorithm 24 counts split-K's slices as tiles, the Hopper algorithm 66 does not)
+  // and whether that algorithm asked for a workspace (split-K among other uses).
   double waves = -1;
   bool workspace = false;
+  // A row of shapes kept out of every fit (the harness's novel_gemm phase): checks only.
+  bool novel = false;
   // The output tile (in the row-major m x n orientation) and split-K of that algorithm, where the
   // harness could read them from its configuration (0: not recorded).
   int tile_m = 0, tile_n = 0, split_k = 0;

@@ -244,6 +244,30 @@ TEST_CASE("a malformed measurements file is refused with the JSON path", "[hardw
   write(R"({"schema": "scaleout-measurements/1", "gpu": {"name": "x"},
             "measurements": [{"kind": "gemm", "dtype": "bf16", "m": 64, "n": 64, "k": 64, "time_s": 1e-5, "split_k": 1.5}]})");
   CHECK(error() == file + ": /measurements/0/split_k: expected a whole number from -1 to 65536");
+  // -1: cuBLASLt decides the split at run time (tf32 algorithm 43), read as not recorded; a tile
+  // has both sides or none.
+  write(R"({"schema": "scaleout-measurements/1", "gpu": {"name": "x"},
+            "measurements": [{"kind": "gemm", "dtype": "tf32", "m": 128, "n": 64, "k": 64, "time_s": 1e-5,
+                              "tile_m": 64, "tile_n": 128, "split_k": -1}]})");
+  CHECK(read_measurements(file).front().split_k == 0);
+  write(R"({"schema": "scaleout-measurements/1", "gpu": {"name": "x"},
+            "measurements": [{"kind": "gemm", "dtype": "bf16", "m": 64, "n": 64, "k": 64, "time_s": 1e-5, "tile_m": -1,
+                              "tile_n": 64}]})");
+  CHECK(error() == file + ": /measurements/0/tile_m: expected a whole number from 1 to 65536");
+  write(R"({"schema": "scaleout-measurements/1", "gpu": {"name": "x"},
+            "measurements": [{"kind": "gemm", "dtype": "bf16", "m": 64, "n": 64, "k": 64, "time_s": 1e-5, "tile_m": 64}]})");
+  CHECK(error() == file + ": /measurements/0/tile_n: expected tile_m and tile_n together");
+  // The harness's novel_gemm rows are GEMMs to check a profile on, never to fit it.
+  write(R"({"schema": "scaleout-measurements/1", "gpu": {"name": "x"},
+            "measurements": [{"kind": "gemm_novel", "dtype": "bf16", "m": 3072, "n": 6144, "k": 4096, "time_s": 1e-4}]})");
+  {
+    const auto rows = read_measurements(file);
+    REQUIRE(rows.size() == 1);
+    CHECK(rows.front().novel);
+    CHECK(rows.front().kernel.kind == KernelKind::gemm);
+    const GpuSpec gpu = load_gpu("h200");
+    CHECK(fit_profile(gpu, rows, default_profile(gpu)).gemm.fitted == 0);
+  }
   write("{not json");
   CHECK(error().find("invalid JSON") != std::string::npos);
   std::remove(file.c_str());

@@ -49,8 +49,9 @@ std::vector<KernelMeasurement> read_measurements(const std::string& file, std::s
     };
     const std::string kind = str("kind");
     KernelMeasurement km;
-    if (kind == "gemm") {
+    if (kind == "gemm" || kind == "gemm_novel") {
       km.kernel.kind = KernelKind::gemm;
+      km.novel = kind == "gemm_novel";
       const auto d = parse_dtype(str("dtype"));
       if (!d) throw InputError(file, path + "/dtype", "unknown dtype");
       km.kernel.dtype = *d;
@@ -62,17 +63,19 @@ std::vector<KernelMeasurement> read_measurements(const std::string& file, std::s
       // null: the harness could not read it (a non-finite value); absent alike.
       if (m.contains("waves") && !m["waves"].is_null()) km.waves = num("waves");
       if (m.contains("workspace_bytes") && !m["workspace_bytes"].is_null()) km.workspace = num("workspace_bytes") > 0;
-      // -1: the algorithm decides at run time (cuBLASLt reports a split-K of -1 for some tf32
-      // kernels), read as not recorded.
-      auto count = [&](const char* k) {
+      auto count = [&](const char* k, std::int64_t lowest) {
         if (!m.contains(k) || m[k].is_null()) return 0;
-        if (!m[k].is_number_integer() || m[k].get<std::int64_t>() < -1 || m[k].get<std::int64_t>() > 65536)
-          throw InputError(file, path + "/" + k, "expected a whole number from -1 to 65536");
+        if (!m[k].is_number_integer() || m[k].get<std::int64_t>() < lowest || m[k].get<std::int64_t>() > 65536)
+          throw InputError(file, path + "/" + k, "expected a whole number from " + std::to_string(lowest) + " to 65536");
         return std::max(0, int(m[k].get<std::int64_t>()));
       };
-      km.tile_m = count("tile_m");
-      km.tile_n = count("tile_n");
-      km.split_k = count("split_k");
+      km.tile_m = count("tile_m", 1);
+      km.tile_n = count("tile_n", 1);
+      if ((km.tile_m > 0) != (km.tile_n > 0))
+        throw InputError(file, path + (km.tile_m > 0 ? "/tile_n" : "/tile_m"), "expected tile_m and tile_n together");
+      // -1: the algorithm decides at run time (cuBLASLt reports it for some tf32 kernels), read
+      // as not recorded.
+      km.split_k = count("split_k", -1);
     } else if (kind == "attention") {
       if (!attention_impl.empty() && m.value("impl", std::string()) != attention_impl) continue;
       const std::string pass = str("pass");
@@ -91,7 +94,7 @@ std::vector<KernelMeasurement> read_measurements(const std::string& file, std::s
       // first (what frameworks run): kept in the file, not part of the compute fit.
       continue;
     } else {
-      throw InputError(file, path + "/kind", "expected gemm, gemm_variant, attention, membound, pcie or launch, got \"" + kind + "\"");
+      throw InputError(file, path + "/kind", "expected gemm, gemm_novel, gemm_variant, attention, membound, pcie or launch, got \"" + kind + "\"");
     }
     km.seconds = num("time_s");
     if (!(km.seconds > 0)) throw InputError(file, path + "/time_s", "expected a positive time");
@@ -483,6 +486,7 @@ void calibrate_check(const std::string& measurements, const std::string& profile
     if (k.kind == KernelKind::gemm) {
       errors["GEMM"].push_back(std::fabs(err));
       errors["GEMM " + std::string(to_string(k.dtype))].push_back(std::fabs(err));
+      if (r.novel) errors["GEMM novel shapes"].push_back(std::fabs(err));
     } else if (k.kind == KernelKind::memory) {
       errors["memory-bound"].push_back(std::fabs(err));
     } else {

@@ -2,7 +2,7 @@
 // with (GEMM, attention, memory-bound kernels, PCIe, launch overhead) on one
 // GPU and writes them as JSON.
 //
-//   scaleout-harness --out FILE.json [--quick] [--only gemm,attention,membound,pcie,launch]
+//   scaleout-harness --out FILE.json [--quick] [--only gemm,novel_gemm,attention,membound,pcie,launch]
 //                    [--budget-s 240] [--sustain-ms 0] [--device N] [--no-fork] [--list] [--summarize FILE.json]
 //
 // Robustness for a single unattended run: the parent process never touches
@@ -53,7 +53,7 @@ const Phase kPhases[] = {
     {"membound", 0.12, run_membound_phase, plan_membound},
     {"pcie", 0.06, run_pcie_phase, plan_pcie},
     {"gemm", 0.45, run_gemm_phase, plan_gemm},
-    {"gemm_novel", 0.06, run_gemm_novel_phase, plan_gemm_novel},  // shapes of no grid: a profile's check
+    {"novel_gemm", 0.06, run_gemm_novel_phase, plan_gemm_novel},  // shapes of no grid: a profile's check
     {"attention", 0.24, run_attention_phase, plan_attention},          // cuDNN
     {"attention_own", 0.10, run_attention_own_phase, plan_attention_own},  // own kernels
 };
@@ -74,7 +74,7 @@ struct Options {
 
 void usage() {
   fprintf(stderr,
-          "usage: scaleout-harness --out FILE.json [--quick] [--only gemm,gemm_novel,attention,attention_own,membound,pcie,launch]\n"
+          "usage: scaleout-harness --out FILE.json [--quick] [--only gemm,novel_gemm,attention,attention_own,membound,pcie,launch]\n"
           "                        [--budget-s 240] [--sustain-ms 0] [--device N] [--no-fork] [--list] [--summarize FILE.json]\n"
           "  --quick      small plan (a smoke test of every phase, ~30 s)\n"
           "  --only       comma-separated phases to run (default: all; a prefix selects every phase it starts)\n"
