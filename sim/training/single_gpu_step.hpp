@@ -43,6 +43,9 @@ struct StepConfig {
   // Fold ranks that provably behave alike (the tensor-, context- and data-parallel peers of a
   // stage) into one simulated rank; off simulates every GPU, as stragglers need.
   bool fold = true;
+  // Extend a long gradient accumulation from the steady state of shorter windows, where the
+  // windows prove it steady (step.hpp); off simulates every micro-batch.
+  bool extrapolate = true;
   FaultSpec faults;
   // When set, collectives and pipeline transfers run as flows on this cluster graph (NCCL's
   // algorithms, max-min sharing of every link), contending with all concurrent traffic; when

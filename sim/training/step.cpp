@@ -1846,6 +1846,7 @@ struct Windows {
 };
 
 Windows windows_of(const StepConfig& cfg) {
+  if (!cfg.extrapolate) return {};
   const std::int64_t m = micro_batches_of(cfg);
   bool stall = false;
   for (const Straggler& st : cfg.faults.stragglers) stall = stall || st.stall_s > 0;

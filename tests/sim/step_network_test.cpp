@@ -322,6 +322,17 @@ TEST_CASE("an interleaved 64-GPU pipeline extrapolates exactly from its windows"
   CHECK(fast.pipeline_bubble_s == Approx(exact.pipeline_bubble_s).epsilon(1e-6).margin(1e-9));
   CHECK(fast.tp_comm_s == Approx(exact.tp_comm_s).epsilon(1e-9));
   CHECK(fast.host_stall_s == Approx(exact.host_stall_s).epsilon(1e-6).margin(1e-9));
+  // simulation.extrapolate: off simulates every micro-batch, through the scenario file too.
+  j["simulation"] = {{"extrapolate", "off"}};
+  const StepConfig off = step_config(parse_scenario(j, "test.json"));
+  CHECK_FALSE(off.extrapolate);
+  CHECK(simulated_micro_batches(off) == 128);
+  const StepResult every = simulate_step(off);
+  CHECK(every.extrapolated_from == 0);
+  CHECK(every.step_time_s == exact.step_time_s);
+  CHECK(every.events == exact.events);
+  j["simulation"] = {{"extrapolate", "sometimes"}};
+  CHECK_THROWS_WITH(parse_scenario(j, "test.json"), Catch::Contains("/simulation/extrapolate"));
 }
 
 TEST_CASE("windows that have not settled fall back to the exact step; peer waits grow with the accumulation", "[parallel][extrapolate]") {
@@ -363,6 +374,14 @@ TEST_CASE("kernel runs folded into one task give exactly the per-kernel simulati
   Json pp = base();
   pp["parallelism"] = {{"dp", 2}, {"tp", 2}, {"pp", 4}, {"pp_schedule", "interleaved"}, {"virtual_stages", 2}, {"zero", 1}};
   plans.push_back({"interleaved", pp});
+  // Memory changes inside a run at one instant are listed summed per category: schedules whose
+  // peaks come from many micro-batches' activations (GPipe) or deferred weight gradients (ZB-H1).
+  Json gpipe = base();
+  gpipe["parallelism"] = {{"dp", 4}, {"pp", 4}, {"pp_schedule", "gpipe"}};
+  plans.push_back({"gpipe", gpipe});
+  Json zb = base();
+  zb["parallelism"] = {{"dp", 4}, {"pp", 4}, {"pp_schedule", "zb-h1"}};
+  plans.push_back({"zb-h1", zb});
   Json slow = base();
   slow["training"]["recompute"] = "full";
   slow["faults"] = {{"stragglers", {{{"gpu", 3}, {"slowdown", 1.3}, {"loader_delay", "50 ms"}}}}};

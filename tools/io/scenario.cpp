@@ -579,6 +579,7 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
     const std::string fold = sim.choice_or("fold", {"auto", "on", "off"}, "auto");
     if (fold != "auto") s.fold = fold == "on";
     s.collectives_apart = sim.choice_or("apart", {"on", "off"}, "on") == "on";
+    s.extrapolate = sim.choice_or("extrapolate", {"on", "off"}, "on") == "on";
     s.network = sim.choice_or("network", {"analytic", "flow"}, s.cluster_spec ? "flow" : "analytic");
     sim.finish();
   } else {

@@ -73,6 +73,7 @@ struct Scenario {
   std::vector<LinkFault> link_faults;
   std::optional<bool> fold;  // simulation.fold; unset: folded unless stragglers break the symmetry
   bool collectives_apart = true;  // simulation.apart
+  bool extrapolate = true;         // simulation.extrapolate
   FaultSpec faults;
   std::optional<Claim> claim;
   std::int64_t gpus() const { return nodes * gpus_per_node; }

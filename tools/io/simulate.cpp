@@ -83,6 +83,7 @@ StepConfig step_config(const Scenario& s) {
   // flow network, the folded step simulates one GPU per class of GPUs that behave alike
   // (uses_symmetry_classes: in the plan and, on the flow network, in the cluster graph as well).
   cfg.fold = s.fold.value_or(true);
+  cfg.extrapolate = s.extrapolate;
   cfg.collectives_apart = s.collectives_apart;
   return cfg;
 }

@@ -459,14 +459,17 @@ void check_case(PhaseContext& ctx, cublasLtHandle_t lt, const float* d_one, void
 
 }  // namespace
 
-PlanSummary plan_gemm(bool quick) {
+namespace {
+// Entries and predicted seconds of a plan and its variant shapes (each of those timed with up
+// to kVariants algorithms and the split sweep).
+PlanSummary summarize(const std::vector<GemmCase>& plan, const std::vector<GemmCase>& variants, bool quick) {
   PlanSummary s;
   const TimingOptions o = gemm_timing(quick);
-  for (const auto& c : build_plan(quick)) {
+  for (const auto& c : plan) {
     ++s.entries;
     s.predicted_s += predict_time_op_s(predict_op_s(c), o) + 2e-3;
   }
-  for (const auto& c : build_variant_plan(quick)) {
+  for (const auto& c : variants) {
     s.entries += kVariants + static_cast<int>(std::size(kSplitSweep)) - 1;
     s.predicted_s += (kVariants + std::size(kSplitSweep)) * (predict_time_op_s(predict_op_s(c), o) + 2e-3);
   }
@@ -474,6 +477,10 @@ PlanSummary plan_gemm(bool quick) {
   s.predicted_s += 2.0;  // handle creation, arena allocation and fills
   return s;
 }
+}  // namespace
+
+PlanSummary plan_gemm(bool quick) { return summarize(build_plan(quick), build_variant_plan(quick), quick); }
+PlanSummary plan_gemm_novel(bool quick) { return summarize(build_novel_plan(quick), {}, quick); }
 
 namespace {
 void run_gemm_cases(PhaseContext& ctx, const char* kind, const std::vector<GemmCase>& plan,
@@ -485,18 +492,6 @@ void run_gemm_phase(PhaseContext& ctx) {
 }
 // Its rows are kind "gemm_novel": scaleout calibrate check reads them, the fit never does.
 void run_gemm_novel_phase(PhaseContext& ctx) { run_gemm_cases(ctx, "gemm_novel", build_novel_plan(ctx.quick), {}); }
-
-PlanSummary plan_gemm_novel(bool quick) {
-  PlanSummary s;
-  const TimingOptions o = gemm_timing(quick);
-  for (const auto& c : build_novel_plan(quick)) {
-    ++s.entries;
-    s.predicted_s += predict_time_op_s(predict_op_s(c), o) + 2e-3;
-  }
-  s.entries += 5;
-  s.predicted_s += 2.0;
-  return s;
-}
 
 namespace {
 void run_gemm_cases(PhaseContext& ctx, const char* kind, const std::vector<GemmCase>& plan,
