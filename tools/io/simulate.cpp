@@ -103,7 +103,8 @@ StepResult simulate_scenario(const Scenario& s, bool keep_trace) {
                                                    std::to_string(simulated_micro_batches(cfg)) +
                                                    " simulated micro-batches" + (ranks > 1 ? " on each of " + std::to_string(simulated) + " simulated GPUs" : std::string()) +
                                                    " is beyond what one step simulation holds (layers x micro-batches x simulated GPUs per stage "
-                                                   "at most 4e6)");
+                                                   "at most 4e6)" +
+                                                   (cfg.extrapolate ? std::string() : std::string("; simulation.extrapolate \"on\" simulates a few windows of a long accumulation")));
   return simulate_step(cfg);
 }
 
