@@ -99,6 +99,12 @@ struct StepResult {
   bool failed = false;
   std::string failure;
   std::int64_t extrapolated_from = 0;  // > 0: simulated over this many micro-batches and extended linearly
+  // For the extrapolation's check: the latest host clock of any simulated rank at the end of
+  // its launches, and every rank's compute-stream idle time waiting for launches.
+  double host_clock_max_s = 0;
+  double host_gap_total_s = 0;
+  // and how long each stream (compute, transfers, collectives' rendezvous) was busy.
+  std::vector<double> stream_busy_s;
   std::uint64_t kernels = 0;
   std::uint64_t events = 0;
   std::uint64_t fingerprint = 0;  // FNV-1a over every task's start and finish, in task order
