@@ -534,3 +534,33 @@ TEST_CASE("HYBRID_SHARD's groups follow the placement order: closed form and flo
   CHECK(analytic.step_time_s == Approx(flow.step_time_s).epsilon(0.1));
   CHECK(analytic.dp_comm_total_s == Approx(flow.dp_comm_total_s).epsilon(0.15));
 }
+
+TEST_CASE("a long accumulation is extended only where no host or stream is still falling behind", "[parallel][extrapolate]") {
+  // Two plans of a random comparison whose three windows grew alike but whose steady state came
+  // later: a small model whose host launches run near the pipeline's pace (1F1B, 4 stages), and
+  // ZeRO-2 whose reduce-scatters outlast a micro-batch (no pipeline). Both are now simulated
+  // over every micro-batch, or extended exactly.
+  auto plan = [](Json parallelism, std::int64_t layers, int nics) {
+    return Json{{"model", {{"arch", "llama"}, {"layers", layers}, {"hidden", 1024}, {"heads", 8}, {"kv_heads", 8}, {"ffn", 4096},
+                           {"vocab", 1024}, {"tied_embeddings", false}}},
+                {"cluster", {{"gpu", "h100-sxm"}, {"topology", {{"nodes", 2}, {"gpus_per_node", 2}, {"node", "nvswitch"},
+                                                                {"nics_per_node", nics}, {"network", "infiniband-ndr"},
+                                                                {"fabric", "single-switch"}, {"levels", 1}}}}},
+                {"training", {{"seq_len", 1024}, {"micro_batch", 1}, {"global_batch", 96}, {"precision", "bf16-mixed"}}},
+                {"parallelism", parallelism},
+                {"simulation", {{"network", "analytic"}}}};
+  };
+  const std::vector<std::pair<std::string, Json>> plans = {
+      {"host near the pipeline's pace", plan({{"tp", 1}, {"pp", 4}, {"dp", 1}}, 8, 2)},
+      {"reduce-scatters outlast a micro-batch",
+       plan({{"tp", 2}, {"pp", 1}, {"dp", 2}, {"zero", 2}, {"overlap_grad_reduce", false}}, 4, 1)}};
+  for (const auto& [name, j] : plans) {
+    INFO(name);
+    const StepConfig c = step_config(parse_scenario(j, "test.json"));
+    const StepResult fast = simulate_step(c);
+    const StepResult exact = simulate_step_exact(c);
+    CHECK(fast.step_time_s == Approx(exact.step_time_s).epsilon(1e-9));
+    CHECK(fast.pipeline_bubble_s == Approx(exact.pipeline_bubble_s).epsilon(1e-6).margin(1e-9));
+    CHECK(fast.host_stall_s == Approx(exact.host_stall_s).epsilon(1e-6).margin(1e-9));
+  }
+}
