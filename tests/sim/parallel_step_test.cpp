@@ -173,11 +173,13 @@ TEST_CASE("long accumulation is extrapolated from two windows and agrees with th
     c.training.seq_len = 256;
     c.parallel.dp = 2;  // with DDP buckets at the end of the step
     c.training.global_batch = 2 * 640;
-    REQUIRE(simulated_micro_batches(c) < 640);
+    // GPipe has no repeating period (every forward, then every backward): never extended.
+    const bool gpipe = k.sched == PipelineSchedule::gpipe && k.pp > 1;
+    REQUIRE((simulated_micro_batches(c) < 640) == !gpipe);
     const StepResult exact = simulate_step_exact(c);
     const StepResult fast = simulate_step(c);
     CHECK(exact.extrapolated_from == 0);
-    CHECK(fast.extrapolated_from == simulated_micro_batches(c));
+    CHECK(fast.extrapolated_from == (gpipe ? 0 : simulated_micro_batches(c)));
     CHECK(fast.micro_batches == 640);
     CHECK(fast.step_time_s == Approx(exact.step_time_s).epsilon(1e-6));
     CHECK(fast.peak_bytes == Approx(exact.peak_bytes).epsilon(1e-6));
