@@ -834,15 +834,14 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   struct InstantGroup {
     TaskId task = 0;
     Time busy, floor;
-    std::array<double, kMemCategoryCount> net{};
-    std::array<bool, kMemCategoryCount> touched{};
+    std::array<double, kMemCategoryCount> net{};  // per category; 0: untouched or cancelled out
     bool open = false, allocated = false;
   } group;
   auto flush_group = [&] {
     if (!group.open) return;
     for (int rising = 0; rising < 2; ++rising)
       for (std::size_t c = 0; c < kMemCategoryCount; ++c)
-        if (group.touched[c] && group.net[c] != 0 && (group.net[c] > 0) == (rising == 1))
+        if (group.net[c] != 0 && (group.net[c] > 0) == (rising == 1))
           run_ops.push(group.task, {group.busy, group.floor, group.net[c], static_cast<MemCategory>(c)});
     group = InstantGroup{};
   };
@@ -856,7 +855,6 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     }
     const auto c = static_cast<std::size_t>(mo.category);
     group.net[c] += alloc ? mo.bytes : -mo.bytes;
-    group.touched[c] = true;
     group.allocated = group.allocated || alloc;
   };
   bool merging = false;            // set inside the passes of a step without a trace
