@@ -222,6 +222,50 @@ class TaskLists {
   std::vector<std::uint32_t> head_, tail_;
 };
 
+// The memory changes inside runs of kernels, by task. A run's changes are listed while it is its
+// rank's open run, so each task's changes are contiguous and tasks come in increasing order: each
+// task's first change is enough to find them (4 bytes a task, not a list). A change happens at
+// max(run start + offset, floor), and the floor only matters where the host fell behind inside the
+// run (floor > the run's release + offset; the start is never before the release): other changes
+// keep no floor. Columns of offset, bytes and category: 17 bytes a change, not 40.
+class RunChanges {
+ public:
+  void reserve(std::size_t changes) {
+    offset_.reserve(changes);
+    bytes_.reserve(changes);
+    category_.reserve(changes);
+  }
+  void push(TaskId task, Time release, Time offset, Time floor, double bytes, MemCategory c) {
+    SCALEOUT_CHECK(first_.empty() || task + 1 >= first_.size(), "run changes listed out of task order");
+    const auto at = static_cast<std::uint32_t>(offset_.size());
+    if (task >= first_.size()) first_.resize(std::size_t(task) + 1, at);
+    if (floor > release + offset) late_.push_back({at, floor});
+    offset_.push_back(offset);
+    bytes_.push_back(bytes);
+    category_.push_back(static_cast<std::uint8_t>(c));
+  }
+  // f(category, signed bytes, offset, floor) for each of the task's changes (floor zero: none).
+  template <class F>
+  void for_each(TaskId task, F&& f) const {
+    if (task >= first_.size()) return;
+    const std::uint32_t begin = first_[task];
+    const std::uint32_t end = task + 1 < first_.size() ? first_[task + 1] : static_cast<std::uint32_t>(offset_.size());
+    auto late = std::lower_bound(late_.begin(), late_.end(), begin, [](const auto& l, std::uint32_t i) { return l.first < i; });
+    for (std::uint32_t i = begin; i < end; ++i) {
+      Time floor = Time::zero();
+      if (late != late_.end() && late->first == i) floor = (late++)->second;
+      f(static_cast<MemCategory>(category_[i]), bytes_[i], offset_[i], floor);
+    }
+  }
+
+ private:
+  std::vector<std::uint32_t> first_;  // by task; a later task's first ends it
+  std::vector<Time> offset_;
+  std::vector<double> bytes_;
+  std::vector<std::uint8_t> category_;
+  std::vector<std::pair<std::uint32_t, Time>> late_;  // (change, floor), in change order
+};
+
 // GPUs that provably behave alike. On the analytic network a GPU's timeline is fixed by its
 // stage, its own faults and the timelines of the GPUs it waits for: its TP, CP, DP and EP groups
 // and its pipeline neighbours. Colour refinement (start from stage and faults; split GPUs whose
@@ -819,12 +863,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     bool open = false;
   };
   std::vector<Run> runs(nranks);
-  struct RunOp {
-    Time busy, floor;  // the change happens at max(run start + busy, floor)
-    double bytes;      // + allocates, - frees
-    MemCategory category;
-  };
-  TaskLists<RunOp> run_ops;
+  RunChanges run_ops;
   // A run's changes at one instant (the same busy and floor) are gathered before they are listed:
   // frees and then allocations at one instant take the level down and then up, so no level in
   // between is above both ends, and summed per category (the falling sums first) they give the
@@ -842,7 +881,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     for (int rising = 0; rising < 2; ++rising)
       for (std::size_t c = 0; c < kMemCategoryCount; ++c)
         if (group.net[c] != 0 && (group.net[c] > 0) == (rising == 1))
-          run_ops.push(group.task, {group.busy, group.floor, group.net[c], static_cast<MemCategory>(c)});
+          run_ops.push(group.task, ex.release(group.task), group.busy, group.floor, group.net[c], static_cast<MemCategory>(c));
     group = InstantGroup{};
   };
   auto run_op = [&](TaskId g, Time busy, Time floor, const MemOp& mo, bool alloc) {
@@ -965,21 +1004,34 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   // barrier task per occurrence (the k-th collective of a group on each member) waits for the
   // members' arrivals, and each member's collective waits for the barrier.
   constexpr int kBarrier = 5;
+  // Arrivals and what each waited for live in two pools (a barrier threads its arrivals through
+  // one): a vector per barrier and per arrival cost three heap blocks a collective.
+  constexpr std::uint32_t kNoArrival = 0xffffffffu;
   struct Arrival {
     int rank;
-    std::vector<TaskId> after;
-    Time release;  // its host's launch
-    Time at;       // when it was ready (after the step)
+    std::uint32_t next = kNoArrival;       // the barrier's next arrival
+    std::uint32_t after_begin, after_end;  // what it waited for: after_pool[after_begin, after_end)
+    Time release;                          // its host's launch
+    Time at;                               // when it was ready (after the step)
   };
-  struct Barrier {
-    TaskId task = 0;
-    std::vector<Arrival> arrivals;  // the members and what they waited for
-    // On the flow network: the members' launched tasks, and the collective they start together.
+  // On the flow network: the members' launched tasks, and the collective they start together.
+  struct BarrierFlow {
     std::vector<TaskId> waiting;
     std::size_t expected = 0;
     std::shared_ptr<const CollectiveBatch> batch;
   };
-  std::deque<Barrier> barrier_list;            // never moves: launchers point into it
+  struct Barrier {
+    TaskId task = 0;
+    std::uint32_t first = kNoArrival, last = kNoArrival;  // its arrivals, in order
+    BarrierFlow* flow = nullptr;
+  };
+  std::vector<Barrier> barrier_list;
+  std::vector<Arrival> arrival_pool;
+  std::vector<TaskId> after_pool;
+  std::deque<BarrierFlow> barrier_flows;  // never moves: launchers point into it
+  auto arrivals_of = [&](const Barrier& bar, auto&& f) {
+    for (std::uint32_t a = bar.first; a != kNoArrival; a = arrival_pool[a].next) f(arrival_pool[a]);
+  };
   std::vector<std::uint32_t> barrier_of_task;  // barrier task -> its index + 1
   struct GroupBarriers {
     StreamId stream = 0;
@@ -1030,23 +1082,30 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     }
     Barrier& bar = barrier_list[gb->by_occurrence[occurrence]];
     const TaskId b = bar.task;
-    std::vector<TaskId> after = deps;
-    if (last_on[rank][track] > 0) after.push_back(last_on[rank][track] - 1);
-    for (TaskId d : after) {
-      ex.add_dependency(b, d);
-      deps_of.push(b, d);
+    const auto after_begin = static_cast<std::uint32_t>(after_pool.size());
+    after_pool.insert(after_pool.end(), deps.begin(), deps.end());
+    if (last_on[rank][track] > 0) after_pool.push_back(last_on[rank][track] - 1);
+    for (std::size_t i = after_begin; i < after_pool.size(); ++i) {
+      ex.add_dependency(b, after_pool[i]);
+      deps_of.push(b, after_pool[i]);
     }
     if (release > ex.release(b)) ex.set_release(b, release);
-    bar.arrivals.push_back({rank, std::move(after), release, Time::zero()});
+    const auto arrival = static_cast<std::uint32_t>(arrival_pool.size());
+    arrival_pool.push_back({rank, kNoArrival, after_begin, static_cast<std::uint32_t>(after_pool.size()), release, Time::zero()});
+    if (bar.last == kNoArrival) bar.first = arrival;
+    else arrival_pool[bar.last].next = arrival;
+    bar.last = arrival;
     if (net) {
-      if (bar.expected == 0) {
+      if (!bar.flow) bar.flow = &barrier_flows.emplace_back();
+      BarrierFlow& fl = *bar.flow;
+      if (fl.expected == 0) {
         const Coords c = coords_of(rank);
         std::vector<int> key;
         if (by_class) {
           key = reps_in(g, c);
-          bar.expected = std::size_t(std::set<int>(key.begin(), key.end()).size());
+          fl.expected = std::size_t(std::set<int>(key.begin(), key.end()).size());
         } else {
-          bar.expected = std::size_t(group_size(g));
+          fl.expected = std::size_t(group_size(g));
         }
         auto& batch = gb->batches[{int(kind), bytes}];
         if (!batch) {
@@ -1072,9 +1131,9 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
           batch = prepare_collectives(*net, specs);
           if (by_class) class_batches.emplace_back(batch, specs);
         }
-        bar.batch = batch;
+        fl.batch = batch;
       }
-      launch_next = [&, w = &bar](TaskId id) {
+      launch_next = [&, w = &fl](TaskId id) {
         w->waiting.push_back(id);
         if (w->waiting.size() == w->expected)
           run_collectives(*net, w->batch, [&ex, w] {
@@ -1150,7 +1209,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     deps_of.reserve(tasks, tasks + tasks / 2);
     opens.reserve(tasks, tasks / 2);
     closes.reserve(tasks, tasks / 2);
-    if (!cfg.keep_trace) run_ops.reserve(tasks, tasks);
+    if (!cfg.keep_trace) run_ops.reserve(tasks);
   }
   std::deque<PlanItem> keep_items;  // the kernels that tasks point to (a deque never moves them)
   auto host_cost = [&](Phase p) {
@@ -1624,7 +1683,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   ex.on_start([&](TaskId id, Time at) {
     MemoryTracker& mem = ranks[info[id].rank].mem;
     opens.for_each(id, [&](const MemOp& mo) { mem.alloc(mo.category, mo.bytes, at); });
-    run_ops.for_each(id, [&](const RunOp& ro) { mem.later(ro.category, ro.bytes, max(at + ro.busy, ro.floor)); });
+    run_ops.for_each(id, [&](MemCategory c, double bytes, Time offset, Time floor) { mem.later(c, bytes, max(at + offset, floor)); });
   });
   ex.on_finish([&](TaskId id, Time at) {
     closes.for_each(id, [&](const MemOp& mo) { ranks[info[id].rank].mem.free(mo.category, mo.bytes, at); });
@@ -1678,15 +1737,15 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     const TaskId b = bar.task;
     Time last = Time::zero();
     int last_rank = 0;
-    for (Arrival& a : bar.arrivals) {
+    arrivals_of(bar, [&](Arrival& a) {
       a.at = a.release;
-      for (TaskId d : a.after) a.at = max(a.at, ex.finish_time(d));
+      for (std::uint32_t i = a.after_begin; i < a.after_end; ++i) a.at = max(a.at, ex.finish_time(after_pool[i]));
       if (a.at >= last) {
         last = a.at;
         last_rank = a.rank;
       }
-    }
-    for (const Arrival& a : bar.arrivals) {
+    });
+    arrivals_of(bar, [&](const Arrival& a) {
       const double wait = (ex.finish_time(b) - a.at).seconds();
       if (a.rank == 0) res.peer_wait_s += wait;
       if (wait > res.max_peer_wait_s) {
@@ -1703,7 +1762,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
           res.failure = buf;
         }
       }
-    }
+    });
   }
 
   // Idle gaps on each compute stream, attributed to what the next task waited for last; a wait
@@ -1721,15 +1780,16 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
           // Ready before its peers: waiting for them; else whatever made this rank late.
           const Barrier& bar = barrier_list[barrier_of_task[d] - 1];
           const Arrival* own = nullptr;
-          for (const Arrival& a : bar.arrivals)
+          arrivals_of(bar, [&](const Arrival& a) {
             if (a.rank == r) own = &a;
+          });
           const Time mine = own ? own->at : Time::zero();
           if (mine >= latest) {
             cause = kHost;
             if (own) {
               Time inner = own->release;
-              for (TaskId e : own->after)
-                if (ex.finish_time(e) >= inner) {
+              for (std::uint32_t i = own->after_begin; i < own->after_end; ++i)
+                if (const TaskId e = after_pool[i]; ex.finish_time(e) >= inner) {
                   inner = ex.finish_time(e);
                   cause = info[e].track;
                 }
