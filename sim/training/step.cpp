@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <deque>
@@ -861,6 +862,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     TaskId task = 0;
     Time busy, floor;
     bool open = false;
+    bool grown = false;  // kernels were added after the first: its duration and floor are set when it is sealed
   };
   std::vector<Run> runs(nranks);
   RunChanges run_ops;
@@ -874,15 +876,23 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     TaskId task = 0;
     Time busy, floor;
     std::array<double, kMemCategoryCount> net{};  // per category; 0: untouched or cancelled out
+    unsigned touched = 0;                         // bit c: net[c] was changed
     bool open = false, allocated = false;
   } group;
+  static_assert(kMemCategoryCount <= 8 * sizeof(unsigned));
   auto flush_group = [&] {
     if (!group.open) return;
+    const Time release = ex.release(group.task);
     for (int rising = 0; rising < 2; ++rising)
-      for (std::size_t c = 0; c < kMemCategoryCount; ++c)
+      for (unsigned bits = group.touched; bits != 0; bits &= bits - 1) {
+        const auto c = static_cast<std::size_t>(std::countr_zero(bits));
         if (group.net[c] != 0 && (group.net[c] > 0) == (rising == 1))
-          run_ops.push(group.task, ex.release(group.task), group.busy, group.floor, group.net[c], static_cast<MemCategory>(c));
-    group = InstantGroup{};
+          run_ops.push(group.task, release, group.busy, group.floor, group.net[c], static_cast<MemCategory>(c));
+      }
+    for (unsigned bits = group.touched; bits != 0; bits &= bits - 1) group.net[std::size_t(std::countr_zero(bits))] = 0;
+    group.touched = 0;
+    group.open = false;
+    group.allocated = false;
   };
   auto run_op = [&](TaskId g, Time busy, Time floor, const MemOp& mo, bool alloc) {
     if (!group.open || group.task != g || group.busy != busy || group.floor != floor || (!alloc && group.allocated)) {
@@ -894,11 +904,19 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     }
     const auto c = static_cast<std::size_t>(mo.category);
     group.net[c] += alloc ? mo.bytes : -mo.bytes;
+    group.touched |= 1u << c;
     group.allocated = group.allocated || alloc;
   };
   bool merging = false;            // set inside the passes of a step without a trace
   bool seal_after_kernel = false;  // the next kernel ends its run
-  auto seal = [&](int rank) { runs[std::size_t(rank)].open = false; };
+  auto seal = [&](int rank) {
+    Run& run = runs[std::size_t(rank)];
+    if (run.open && run.grown) {
+      ex.set_duration(run.task, run.busy);
+      ex.set_finish_floor(run.task, run.floor);
+    }
+    run.open = run.grown = false;
+  };
 
   StreamExecutor::Launcher launch_next;  // set just before add_task: the task is started by it
   // `release`: not before (the kernel's launch by the host thread).
@@ -1270,11 +1288,10 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
           op_floor = max(run.floor, launched);
           run.busy += dt;
           run.floor = op_floor + dt;
-          ex.set_duration(g, run.busy);
-          ex.set_finish_floor(g, run.floor);
+          run.grown = true;
         } else {
           g = add_task_span(rank, kCompute, dt, deps, &kernel, launched);
-          if (merging) run = {g, dt, launched + dt, true};
+          if (merging) run = {g, dt, launched + dt, true, false};
           op_floor = launched;
         }
         const bool in_run = merging && !coll;
@@ -1679,6 +1696,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
       return simulate_step_with(cfg, tapes);
     }
   }
+  for (int r = 0; r < nranks; ++r) seal(r);  // the runs still open get their durations
   flush_group();
   ex.on_start([&](TaskId id, Time at) {
     MemoryTracker& mem = ranks[info[id].rank].mem;
