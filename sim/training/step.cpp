@@ -1906,6 +1906,17 @@ StepResult simulate_step_exact(const StepConfig& cfg) {
   return simulate_step_with(cfg, tapes);
 }
 
+std::vector<StepResult> simulate_steps_exact(const StepConfig& cfg, std::span<const std::int64_t> micro_batches) {
+  TapeCache tapes;
+  std::vector<StepResult> out;
+  for (const std::int64_t m : micro_batches) {
+    StepConfig c = cfg;
+    c.training.global_batch = m * std::max<std::int64_t>(1, cfg.training.micro_batch * cfg.parallel.dp);
+    out.push_back(simulate_step_with(c, tapes));
+  }
+  return out;
+}
+
 namespace {
 
 std::int64_t micro_batches_of(const StepConfig& cfg) {

@@ -7,15 +7,23 @@
 // rank has a host stream issuing kernels, a compute stream, a data-parallel communication stream
 // and send streams to its pipeline neighbours; the pipeline bubble, exposed communication and
 // overlap come out of the event simulation.
+#include <cstdint>
+#include <span>
+#include <vector>
+
 #include "sim/training/single_gpu_step.hpp"
 
 namespace scaleout {
 
-// Steps of more than 512 micro-batches (and past the pipeline's warm-up) are simulated over two
-// shorter windows and extended linearly (StepResult::extrapolated_from says so).
+// A long accumulation is simulated over three shorter windows and extended linearly where they
+// show a steady state (StepResult::extrapolated_from says so; step.cpp's windows_of and
+// simulate_step list the conditions), else every micro-batch.
 StepResult simulate_step(const StepConfig& config);
 // Every micro-batch, however many.
 StepResult simulate_step_exact(const StepConfig& config);
+// Every micro-batch of each accumulation length (micro-batches per replica), the lengths sharing
+// the planned kernels: cheaper than a call per length.
+std::vector<StepResult> simulate_steps_exact(const StepConfig& config, std::span<const std::int64_t> micro_batches);
 // How many ranks a step simulates: the pipeline stages when folded, every GPU when not, and
 // folded with stragglers (or link faults on the flow network) one per class of GPUs that provably
 // behave alike. On the flow network that is the classes of the plan and the cluster graph; the

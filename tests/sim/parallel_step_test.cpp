@@ -189,6 +189,29 @@ TEST_CASE("long accumulation is extrapolated from two windows and agrees with th
   }
 }
 
+TEST_CASE("accumulation lengths simulated together equal each simulated alone", "[parallel][extrapolate]") {
+  // simulate_steps_exact shares the planned kernels between lengths (the single-GPU baseline's
+  // 1 and 2 micro-batches): every figure must be what a call per length gives.
+  StepConfig c = uniform(4, 2, 4, PipelineSchedule::one_f_one_b);
+  c.parallel.dp = 2;
+  c.faults.stragglers.push_back({1, 1.3, 0, 0, 0});
+  const std::vector<std::int64_t> lengths{1, 2, 5};
+  const std::vector<StepResult> together = simulate_steps_exact(c, lengths);
+  REQUIRE(together.size() == lengths.size());
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    INFO(lengths[i] << " micro-batches");
+    StepConfig one = c;
+    one.training.global_batch = lengths[i] * c.parallel.dp;
+    const StepResult alone = simulate_step_exact(one);
+    CHECK(together[i].micro_batches == lengths[i]);
+    CHECK(together[i].step_time_s == alone.step_time_s);
+    CHECK(together[i].peak_bytes == alone.peak_bytes);
+    CHECK(together[i].pipeline_bubble_s == alone.pipeline_bubble_s);
+    CHECK(together[i].peer_wait_s == alone.peer_wait_s);
+    CHECK(together[i].fingerprint == alone.fingerprint);
+  }
+}
+
 TEST_CASE("without a pipeline, 2, 3 and 4 micro-batches give any accumulation exactly", "[parallel][extrapolate]") {
   // Every micro-batch between the first and the last is the same period: DDP (its buckets in the
   // last backward), ZeRO-2 and FSDP (a reduce-scatter every micro-batch), a slow data loader,

@@ -123,15 +123,13 @@ double single_gpu_baseline(const Scenario& s) {
   // optimizer step is amortised over the same tokens. Accumulation is linear in the number of
   // micro-batches (each one the same forward and backward), so two short simulations give it:
   // T(m) = T(1) + (m - 1) (T(2) - T(1)).
+  // Both lengths share the planned kernels (one simulate_steps_exact call).
   const std::int64_t m = s.training.global_batch / s.training.micro_batch;
   one.training.global_batch = one.training.micro_batch;
-  const double t1 = simulate_scenario(one).step_time_s;
-  double t = t1;
-  if (m > 1) {
-    one.training.global_batch = 2 * one.training.micro_batch;
-    const double t2 = simulate_scenario(one).step_time_s;
-    t = t1 + double(m - 1) * (t2 - t1);
-  }
+  const std::vector<std::int64_t> lengths = m > 1 ? std::vector<std::int64_t>{1, 2} : std::vector<std::int64_t>{1};
+  const std::vector<StepResult> r = simulate_steps_exact(step_config(one), lengths);
+  const double t1 = r[0].step_time_s;
+  const double t = m > 1 ? t1 + double(m - 1) * (r[1].step_time_s - t1) : t1;
   return t > 0 ? double(s.training.global_batch) * double(s.training.seq_len) / t : 0;
 }
 
