@@ -172,6 +172,35 @@ TEST_CASE("each point simulates the base with its overrides; invalid points are 
   CHECK(run_sweep_point(s, 4).error.find("sw.json: /base/cluster/gpu: unknown GPU \"h900\"") == 0);
 }
 
+TEST_CASE("points that differ only in their plan share the single-GPU baseline, and report it unchanged", "[io][sweep]") {
+  // Four plans of 4 and 8 GPUs and two global batches: the baseline's times are worked out once
+  // per model, training and GPU (baseline_key drops the plan, the node shape and the global
+  // batch), and every row is what the point simulated alone reports.
+  const Sweep s = parse_sweep(sweep_text(R"("list": [{"cluster.gpus_per_node": 4, "parallelism.dp": 4, "training.global_batch": 8},
+                                                    {"cluster.gpus_per_node": 4, "parallelism.tp": 2, "parallelism.dp": 2, "training.global_batch": 4},
+                                                    {"cluster.gpus_per_node": 8, "parallelism.dp": 8, "parallelism.zero": 3, "training.global_batch": 16},
+                                                    {"cluster.gpus_per_node": 4, "parallelism.dp": 4, "training.global_batch": 8, "training.seq_len": 512}])"),
+                              "sw.json");
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    INFO("point " << i);
+    const SweepRow row = run_sweep_point(s, i);
+    REQUIRE(row.result);
+    Json j = s.base;
+    for (const auto& [path, value] : s.params(i)) apply_override(j, path + "=" + value.dump());
+    const Json alone = simulate_scenario_json(parse_scenario(j, "sw.json"));
+    CHECK(row.result->dump() == alone.dump());
+    CHECK((*row.result)["speedup_vs_one_gpu"].get<double>() > 1.0);
+    CHECK(s.baselines->find(baseline_key(j)).has_value());
+  }
+  // The first three share one key; the longer sequence has its own.
+  Json a = s.base, b = s.base;
+  for (const auto& [path, value] : s.params(0)) apply_override(a, path + "=" + value.dump());
+  for (const auto& [path, value] : s.params(2)) apply_override(b, path + "=" + value.dump());
+  CHECK(baseline_key(a) == baseline_key(b));
+  for (const auto& [path, value] : s.params(3)) apply_override(b, path + "=" + value.dump());
+  CHECK(baseline_key(a) != baseline_key(b));
+}
+
 TEST_CASE("rows round-trip through JSONL, and CSV rows quote what needs it", "[io][sweep]") {
   const Sweep s =
       parse_sweep(sweep_text(R"("grid": {"training.micro_batch": [1, 3], "model": [{"base": "gpt3-125m", "layers": 2}]},

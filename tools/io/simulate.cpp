@@ -116,23 +116,56 @@ Scenario on_one_gpu(const Scenario& s) {
   return one;
 }
 
-double single_gpu_baseline(const Scenario& s) {
+std::optional<BaselineTimes> BaselineCache::find(const std::string& key) const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = times_.find(key);
+  if (it == times_.end()) return std::nullopt;
+  return it->second;
+}
+
+void BaselineCache::put(const std::string& key, BaselineTimes times) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  times_.emplace(key, times);
+}
+
+std::string baseline_key(const Json& scenario) {
+  Json j = scenario;
+  if (j.is_object()) {
+    j.erase("parallelism");
+    if (j.contains("faults") && j["faults"].is_object()) j["faults"].erase("stragglers");
+    if (j.contains("cluster") && j["cluster"].is_object()) {
+      j["cluster"].erase("nodes");
+      j["cluster"].erase("gpus_per_node");
+    }
+    if (j.contains("training") && j["training"].is_object()) j["training"].erase("global_batch");
+  }
+  return j.dump();
+}
+
+double single_gpu_baseline(const Scenario& s, BaselineCache* cache, const std::string& key) {
   if (s.gpus() <= 1) return 0;
-  Scenario one = on_one_gpu(s);
   // The same job on one GPU: the whole global batch by gradient accumulation, so that the
   // optimizer step is amortised over the same tokens. Accumulation is linear in the number of
   // micro-batches (each one the same forward and backward), so two short simulations give it:
-  // T(m) = T(1) + (m - 1) (T(2) - T(1)).
-  // Both lengths share the planned kernels (one simulate_steps_exact call).
+  // T(m) = T(1) + (m - 1) (T(2) - T(1)). Both lengths share the planned kernels (one
+  // simulate_steps_exact call).
+  std::optional<BaselineTimes> times = cache ? cache->find(key) : std::nullopt;
+  if (!times) {
+    Scenario one = on_one_gpu(s);
+    one.training.global_batch = one.training.micro_batch;
+    const std::int64_t m = s.training.global_batch / s.training.micro_batch;
+    const std::vector<std::int64_t> lengths = cache || m > 1 ? std::vector<std::int64_t>{1, 2} : std::vector<std::int64_t>{1};
+    const std::vector<StepResult> r = simulate_steps_exact(step_config(one), lengths);
+    times = BaselineTimes{r.front().step_time_s, r.back().step_time_s};
+    if (cache) cache->put(key, *times);
+  }
   const std::int64_t m = s.training.global_batch / s.training.micro_batch;
-  one.training.global_batch = one.training.micro_batch;
-  const std::vector<std::int64_t> lengths = m > 1 ? std::vector<std::int64_t>{1, 2} : std::vector<std::int64_t>{1};
-  const std::vector<StepResult> r = simulate_steps_exact(step_config(one), lengths);
-  const double t1 = r[0].step_time_s;
-  const double t = m > 1 ? t1 + double(m - 1) * (r[1].step_time_s - t1) : t1;
+  const double t = m > 1 ? times->one + double(m - 1) * (times->two - times->one) : times->one;
   return t > 0 ? double(s.training.global_batch) * double(s.training.seq_len) / t : 0;
 }
 
-Json simulate_scenario_json(const Scenario& s) { return result_json(s, simulate_scenario(s), single_gpu_baseline(s)); }
+Json simulate_scenario_json(const Scenario& s, BaselineCache* cache, const std::string& key) {
+  return result_json(s, simulate_scenario(s), single_gpu_baseline(s, cache, key));
+}
 
 }  // namespace scaleout

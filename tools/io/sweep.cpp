@@ -256,7 +256,7 @@ SweepRow run_sweep_point(const Sweep& sweep, std::size_t index) {
         throw InputError(sweep.file + ": override " + m);
       }
     }
-    row.result = simulate_scenario_json(parse_scenario(j, sweep.base_file));
+    row.result = simulate_scenario_json(parse_scenario(j, sweep.base_file), sweep.baselines.get(), baseline_key(j));
   } catch (const InputError& e) {
     row.error = e.what();
     // An inline base is the sweep file's /base: say so in the path.

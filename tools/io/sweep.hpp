@@ -16,6 +16,7 @@
 // files of two runs (any --jobs, --shard, MPI ranks, or a kill and --resume) are identical once
 // their rows are sorted by index (the CSV header staying first).
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "tools/io/json_reader.hpp"
+#include "tools/io/simulate.hpp"
 
 namespace scaleout {
 
@@ -64,6 +66,8 @@ struct Sweep {
   std::vector<SweepZip> zips;
   std::vector<OrderedJson> list;   // objects: path -> value
   std::vector<std::string> paths;  // every swept path, in order of first appearance (the CSV columns)
+  // The single-GPU baseline's times, shared by the points whose plan is all that differs.
+  std::shared_ptr<BaselineCache> baselines = std::make_shared<BaselineCache>();
 
   std::size_t size() const;
   SweepAssignment params(std::size_t index) const;  // the overrides of one point
