@@ -752,6 +752,7 @@ struct Runner {
   std::vector<FlowId> flows;  // the current phase's, in the phase's order
   std::function<void()> done;
   std::int64_t done_priority = 1;  // see run_collectives
+  std::function<void(Time)> ended;  // told the end at once (no event): watch_batches
 
   void flow_done() {
     if (--outstanding == 0) start_next();
@@ -762,6 +763,7 @@ struct Runner {
     const std::size_t n_phases = phases ? phases->size() : 0;
     while (next < n_phases && (*phases)[next].empty()) ++next;
     if (next == n_phases) {
+      if (ended) ended(net->simulator().now());
       auto d = std::move(done);
       FlowNetwork* n = net;
       const std::int64_t priority = done_priority;
@@ -782,11 +784,12 @@ struct Runner {
 // Starts a run of `phases` from an event at the current time (so that `done` never runs inside
 // the caller); `done` runs from an event of `done_priority`.
 Runner* launch(FlowNetwork& net, std::shared_ptr<const std::vector<Phase>> phases, std::function<void()> done,
-               std::int64_t done_priority) {
+               std::int64_t done_priority, std::function<void(Time)> ended = nullptr) {
   auto runner = std::make_shared<Runner>();
   runner->net = &net;
   runner->done = std::move(done);
   runner->done_priority = done_priority;
+  runner->ended = std::move(ended);
   runner->phases = std::move(phases);
   Runner* r = runner.get();
   net.hold(std::move(runner));
@@ -965,6 +968,7 @@ struct CollectiveBatch {
   std::vector<LinkId> links;  // sorted, once each
   mutable bool timed = false;
   mutable Time first_end, busy_until;  // alone, from the start: the first one's end, the last byte sent
+  mutable std::vector<Time> ends;      // alone, from the start: each one's end
 };
 
 std::vector<std::vector<FlowShape>> batch_flows(const CollectiveBatch& batch) {
@@ -978,6 +982,7 @@ std::vector<std::vector<FlowShape>> batch_flows(const CollectiveBatch& batch) {
 }
 
 namespace {
+struct LaunchEnds;
 // A batch run apart while its links stay its own: one event for its first collective's end.
 struct AloneRun {
   std::shared_ptr<const CollectiveBatch> batch;
@@ -987,6 +992,28 @@ struct AloneRun {
   EventId event = 0;
   bool fired = false;
   std::uint32_t generation = 0;  // of its slot: counts the runs the slot has held
+  std::shared_ptr<LaunchEnds> watch;  // watch_batches: told each collective's end
+};
+
+// One launch of a batch under watch_batches: each collective's end as it comes, compared with the
+// first collective's.
+struct LaunchEnds {
+  const CollectiveBatch* batch = nullptr;
+  std::vector<Time> ends;  // Time::max(): not yet
+  const std::function<void(const CollectiveBatch&, std::size_t, Time)>* skew = nullptr;
+  void ended(std::size_t i, Time t) {
+    ends[i] = t;
+    if (i == 0) {
+      for (std::size_t j = 1; j < ends.size(); ++j)
+        if (ends[j] != Time::max() && ends[j] != t) (*skew)(*batch, j, ends[j] - t);
+    } else if (ends[0] != Time::max() && t != ends[0]) {
+      (*skew)(*batch, i, t - ends[0]);
+    }
+  }
+  // Every collective ran alone from `start` (a run apart that was never evicted).
+  void alone(Time start) {
+    for (std::size_t i = 0; i < ends.size(); ++i) ended(i, start + batch->ends[i]);
+  }
 };
 
 // The plans of the collectives run on one network, by spec: a step launches the same collective
@@ -1005,6 +1032,7 @@ struct PlanMemo {
   // evicted.
   std::vector<AloneRun> runs;
   std::vector<std::uint32_t> free_runs;
+  std::function<void(const CollectiveBatch&, std::size_t, Time)> skew;  // watch_batches
   std::uint32_t new_run() {
     if (!free_runs.empty()) {
       const std::uint32_t s = free_runs.back();
@@ -1015,6 +1043,7 @@ struct PlanMemo {
     return std::uint32_t(runs.size() - 1);
   }
   void free_run(std::uint32_t s) {
+    if (runs[s].watch) runs[s].watch->alone(runs[s].start);  // ran alone to its end
     const std::uint32_t g = runs[s].generation + 1;
     runs[s] = AloneRun{};
     runs[s].generation = g;
@@ -1073,8 +1102,10 @@ void time_alone(FlowNetwork& net, const CollectiveBatch& b) {
   FlowNetwork& alone = alone_network(net);
   Simulator& sim = alone.simulator();
   Time first_end;
+  b.ends.assign(b.plans.size(), Time::zero());
   for (std::size_t i = 0; i < b.plans.size(); ++i)
-    launch(alone, b.plans[i], i == 0 ? std::function<void()>([&] { first_end = sim.now(); }) : nullptr, 1);
+    launch(alone, b.plans[i], i == 0 ? std::function<void()>([&] { first_end = sim.now(); }) : nullptr, 1,
+           [&b, i](Time t) { b.ends[i] = t; });
   sim.run();
   b.first_end = first_end;
   b.busy_until = alone.last_drained();
@@ -1086,6 +1117,7 @@ void time_alone(FlowNetwork& net, const CollectiveBatch& b) {
 void evict(FlowNetwork& net, std::uint32_t slot) {
   PlanMemo& memo = memo_of(net);
   AloneRun x = std::move(memo.runs[slot]);
+  memo.runs[slot].watch = nullptr;  // moved out: its ends are told below
   memo.free_run(slot);
   if (!x.fired) net.simulator().cancel(x.event);
   FlowNetwork& alone = alone_network(net);
@@ -1099,11 +1131,16 @@ void evict(FlowNetwork& net, std::uint32_t slot) {
   if (elapsed > Time::zero()) sim.run(elapsed - Time::from_ps(1));
   const std::int64_t offset = x.start.ps();  // the replay started at zero
   for (std::size_t i = 0; i < plans.size(); ++i) {
-    if (finished[i]) continue;
+    std::function<void(Time)> ended;
+    if (x.watch) ended = [w = x.watch, i](Time t) { w->ended(i, t); };
+    if (finished[i]) {
+      if (ended) ended(x.start + x.batch->ends[i]);
+      continue;
+    }
     const Runner& r = *runners[i];
     std::function<void()> done = i == 0 && !x.fired ? std::move(x.done) : nullptr;
     if (!r.started) {
-      launch(net, plans[i], std::move(done), x.priority);
+      launch(net, plans[i], std::move(done), x.priority, std::move(ended));
       continue;
     }
     auto copy = std::make_shared<Runner>();
@@ -1114,6 +1151,7 @@ void evict(FlowNetwork& net, std::uint32_t slot) {
     copy->started = true;
     copy->done = std::move(done);
     copy->done_priority = x.priority;
+    copy->ended = std::move(ended);
     const Phase& ph = (*r.phases)[r.next - 1];
     Runner* self = copy.get();
     for (std::size_t j = 0; j < r.flows.size(); ++j) {
@@ -1135,6 +1173,13 @@ void evict(FlowNetwork& net, std::uint32_t slot) {
 void run_collectives(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& b, std::function<void()> done) {
   PlanMemo& memo = memo_of(net);
   const std::int64_t priority = ++memo.launches;
+  std::shared_ptr<LaunchEnds> watch;
+  if (memo.skew && b->plans.size() > 1) {
+    watch = std::make_shared<LaunchEnds>();
+    watch->batch = b.get();
+    watch->ends.assign(b->plans.size(), Time::max());
+    watch->skew = &memo.skew;
+  }
   if (net.apart() && !b->links.empty() && net.idle(b->links)) {
     if (!b->timed) time_alone(net, *b);
     Simulator& sim = net.simulator();
@@ -1145,6 +1190,7 @@ void run_collectives(FlowNetwork& net, const std::shared_ptr<const CollectiveBat
     x.until = sim.now() + b->busy_until;
     x.done = std::move(done);
     x.priority = priority;
+    x.watch = std::move(watch);
     x.event = sim.schedule_in(
         b->first_end,
         [m = &memo, slot] {
@@ -1166,7 +1212,15 @@ void run_collectives(FlowNetwork& net, const std::shared_ptr<const CollectiveBat
     net.reserve(b->links, x.until, [&net, slot] { evict(net, slot); });
     return;
   }
-  for (std::size_t i = 0; i < b->plans.size(); ++i) launch(net, b->plans[i], i == 0 ? std::move(done) : nullptr, priority);
+  for (std::size_t i = 0; i < b->plans.size(); ++i) {
+    std::function<void(Time)> ended;
+    if (watch) ended = [watch, i](Time t) { watch->ended(i, t); };
+    launch(net, b->plans[i], i == 0 ? std::move(done) : nullptr, priority, std::move(ended));
+  }
+}
+
+void watch_batches(FlowNetwork& net, std::function<void(const CollectiveBatch&, std::size_t, Time)> skew) {
+  memo_of(net).skew = std::move(skew);
 }
 
 namespace {

@@ -95,6 +95,12 @@ struct CollectiveBatch;
 std::shared_ptr<const CollectiveBatch> prepare_collectives(FlowNetwork& net, const std::vector<CollectiveSpec>& specs);
 void run_collectives(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& batch, std::function<void()> done);
 
+// From now on, every collective of a batch launched on `net` that ends at another instant than the
+// batch's first is told to `skew` (its index in the batch, its end minus the first's). A step
+// folded by classes launches a class's collective with the sibling groups of the same classes
+// beside it; none ending apart shows the classes behaved alike.
+void watch_batches(FlowNetwork& net, std::function<void(const CollectiveBatch&, std::size_t index, Time skew)> skew);
+
 // What each collective of a batch puts on the network, phase by phase: every flow's links, bytes,
 // latency and rate cap (FlowNetwork::kNoCap when none). For checks of symmetry: two collectives
 // whose flows match, link for link in kind, contend and end alike.

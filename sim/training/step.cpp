@@ -275,12 +275,9 @@ class RunChanges {
 // have identical timelines (by induction over the events): one of each is simulated. Without
 // faults it is one class per stage (plain folding); one straggler adds a few classes per stage
 // (its TP peers, its DP peers, their pipeline neighbours), not a rank per GPU.
-// On the flow network a GPU's collectives also contend with every flow on their links, so the
-// cluster graph joins the refinement (`topo`): every vertex is coloured too (GPUs by their class,
-// the others from their kind), links by their figures and state, and each round a vertex also
-// splits by the multiset of (link, neighbour) colours around it and a GPU by its NIC's colour (a
-// NIC by its GPUs'). GPUs of one class then sit alike in the graph as well: a degraded NIC sets
-// its GPU, the GPUs of its node and the groups that reach them apart from the rest.
+// On the flow network a GPU's collectives also contend with the flows on their links; the step
+// checks that as it runs (watch_batches: every sibling group launched with a class's collective
+// must end with it) and splits the classes where one did not (simulate_step_with).
 // Returns each GPU's class, GPUs indexed s * Q + q with q = tp_i + tp * (cp_i + cp * dp_i),
 // classes numbered in index order.
 // The global rank of GPU index i (i = s * Q + q, as symmetry_classes numbers GPUs).
@@ -290,19 +287,7 @@ std::int64_t rank_of_index(const ParallelPlan& p, std::int64_t i) {
          (q / (p.tp * p.cp)) * group_stride(p, CommGroup::dp) + (i / Q) * group_stride(p, CommGroup::pp);
 }
 
-// Each link's colour from its figures and state (kind, bandwidth, efficiency, latency, failed).
-std::vector<int> link_colours(const Topology& topo) {
-  std::map<std::tuple<int, double, double, std::int64_t, bool>, int> ids;
-  std::vector<int> out(topo.link_count());
-  for (std::size_t l = 0; l < out.size(); ++l) {
-    const Link& k = topo.link(LinkId(l));
-    out[l] = ids.emplace(std::make_tuple(int(k.kind), k.bandwidth, k.efficiency, k.latency.ps(), k.failed), int(ids.size())).first->second;
-  }
-  return out;
-}
-
-std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::vector<double>>& fault_of,
-                                  const Topology* topo = nullptr) {
+std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::vector<double>>& fault_of) {
   const std::int64_t Q = p.tp * p.cp * p.dp, n = p.pp * Q;
   const std::int64_t ep = std::max<std::int64_t>(1, p.ep);
   // HYBRID_SHARD's shard groups (consecutive data-parallel ranks) and replica groups (the same
@@ -318,64 +303,6 @@ std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::
   };
   auto [initial, count] = renumber([&](std::int64_t i) { return std::make_pair(i / Q, fault_of[std::size_t(i)]); });
   colour = std::move(initial);
-  // The cluster graph: each GPU's vertex (its global rank), the other vertices' colours, the links'.
-  std::vector<std::int64_t> vertex_of;  // by GPU index
-  std::vector<int> vcolour, gpu_at;     // by vertex; gpu_at: the GPU index there, or -1
-  std::vector<int> lcolour;             // by link
-  std::vector<std::vector<int>> nic_users;  // by vertex: the GPUs a NIC serves
-  std::size_t vcount = 0;
-  if (topo) {
-    vertex_of.resize(std::size_t(n));
-    gpu_at.assign(topo->vertex_count(), -1);
-    for (std::int64_t i = 0; i < n; ++i) {
-      vertex_of[std::size_t(i)] = rank_of_index(p, i);
-      gpu_at[std::size_t(topo->gpu_vertex(int(vertex_of[std::size_t(i)])))] = int(i);
-    }
-    std::map<std::tuple<int, int, int>, int> vids;
-    vcolour.resize(topo->vertex_count());
-    for (std::size_t v = 0; v < vcolour.size(); ++v) {
-      const VertexProps& vp = topo->vertex(VertexId(v));
-      const int level = vp.kind == VertexKind::net_switch ? vp.index : 0;
-      vcolour[v] = vids.emplace(std::make_tuple(int(vp.kind), level, gpu_at[v] >= 0), int(vids.size())).first->second;
-    }
-    std::set<int> others;  // colours of the vertices that are not the plan's GPUs
-    for (std::size_t v = 0; v < vcolour.size(); ++v)
-      if (gpu_at[v] < 0) others.insert(vcolour[v]);
-    vcount = others.size();
-    nic_users.resize(topo->vertex_count());
-    for (int r = 0; r < topo->gpu_count(); ++r)
-      if (topo->nic_of(r) != kNoVertex) nic_users[topo->nic_of(r)].push_back(r);
-    lcolour = link_colours(*topo);
-  }
-  // A vertex's colour as its neighbours see it: a GPU's class, or the vertex's own colour.
-  auto seen_colour = [&](std::size_t v) { return gpu_at[v] >= 0 ? 2 * colour[std::size_t(gpu_at[v])] : 2 * vcolour[v] + 1; };
-  // What surrounds a vertex: its links (out, in) with their far ends, and a GPU's NIC or a NIC's GPUs.
-  std::map<std::vector<int>, int> around_ids;
-  auto around = [&](std::size_t v) {
-    std::vector<std::pair<int, int>> links;  // (link colour, out 0 / in 1), far end's colour
-    const TopologyGraph& g = topo->graph();
-    for (auto [e, last] = boost::out_edges(VertexId(v), g); e != last; ++e)
-      links.push_back({lcolour[g[*e].id] * 2, seen_colour(boost::target(*e, g))});
-    for (auto [e, last] = boost::in_edges(VertexId(v), g); e != last; ++e)
-      links.push_back({lcolour[g[*e].id] * 2 + 1, seen_colour(boost::source(*e, g))});
-    std::sort(links.begin(), links.end());
-    std::vector<int> key;
-    for (const auto& [l, far] : links) {
-      key.push_back(l);
-      key.push_back(far);
-    }
-    if (gpu_at[v] >= 0) {
-      const VertexId nic = topo->nic_of(int(v));
-      key.push_back(nic == kNoVertex ? -1 : seen_colour(nic));
-    } else if (topo->vertex(VertexId(v)).kind == VertexKind::nic) {
-      std::vector<int> users;
-      for (const int r : nic_users[v]) users.push_back(seen_colour(topo->gpu_vertex(r)));
-      std::sort(users.begin(), users.end());
-      key.push_back(-2);
-      key.insert(key.end(), users.begin(), users.end());
-    }
-    return around_ids.emplace(std::move(key), int(around_ids.size())).first->second;
-  };
   for (;;) {
     // The multiset of colours in each group, interned; a GPU's group of kind k is (kind, base
     // index, stride, size) and the signature is computed once per group.
@@ -419,28 +346,15 @@ std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::
         for (std::int64_t j = 0; j < size; ++j) sig[std::size_t(i + j * p.tp * p.cp * sg)][5] = g;
       }
     }
-    // The cluster graph's vertices, from this round's colours.
-    std::vector<int> next_vcolour;
-    std::size_t next_vcount = 0;
-    if (topo) {
-      std::map<std::pair<int, int>, int> ids;
-      next_vcolour.resize(vcolour.size());
-      for (std::size_t v = 0; v < vcolour.size(); ++v)
-        next_vcolour[v] = gpu_at[v] >= 0 ? around(v) : ids.emplace(std::make_pair(vcolour[v], around(v)), int(ids.size())).first->second;
-      next_vcount = ids.size();
-    }
     auto [next, next_count] = renumber([&](std::int64_t i) {
       const std::int64_t s = i / Q, q = i % Q;
       const int succ = colour[std::size_t(((s + 1) % p.pp) * Q + q)], pred = colour[std::size_t(((s + p.pp - 1) % p.pp) * Q + q)];
       const auto& g = sig[std::size_t(i)];
-      const int place = topo ? next_vcolour[std::size_t(vertex_of[std::size_t(i)])] : 0;
-      return std::array<int, 10>{colour[std::size_t(i)], g[0], g[1], g[2], g[3], g[4], g[5], succ, pred, place};
+      return std::array<int, 9>{colour[std::size_t(i)], g[0], g[1], g[2], g[3], g[4], g[5], succ, pred};
     });
     colour = std::move(next);
-    if (topo) vcolour = std::move(next_vcolour);
-    if (next_count == count && next_vcount == vcount) break;
+    if (next_count == count) break;
     count = next_count;
-    vcount = next_vcount;
   }
   return colour;
 }
@@ -494,96 +408,12 @@ bool uses_symmetry_classes(const StepConfig& cfg) {
 std::vector<int> step_classes(const StepConfig& cfg, const std::vector<int>& finer = {}) {
   std::vector<std::vector<double>> keys = faults_by_gpu(cfg);
   for (std::size_t i = 0; i < finer.size(); ++i) keys[i].insert(keys[i].begin(), double(finer[i]));
-  return symmetry_classes(cfg.parallel, keys, cfg.topology ? cfg.topology.get() : nullptr);
+  return symmetry_classes(cfg.parallel, keys);
 }
 
 // The collectives (and transfers) a step by classes puts on the flow network, each batch with the
 // members of each of its collectives (global ranks).
 using ClassBatches = std::vector<std::pair<std::shared_ptr<const CollectiveBatch>, std::vector<CollectiveSpec>>>;
-
-// The classes checked against the flows themselves. The cluster graph's refinement sees links,
-// not routes: which NIC a ring's channel crosses, ECMP's hash of a group's first rank, a route
-// around a failed link all depend on more than the graph's shape. So once the step's collectives
-// are planned, the flows join a refinement of their own, starting from the classes: a collective
-// is coloured by its batch, its members' colours and its flows (each by phase, bytes, latency, cap
-// and its links' colours), a link by the colours of the flows that cross it, a GPU by its
-// collectives'. When nothing splits, collectives of one colour start together (their members are
-// of one class), their flows meet links of the same colours carrying the same mix of flows, so
-// max-min fair rates (progressive filling raises flows of one colour alike and saturates links of
-// one colour together) and every end are the same for all of them: the classes are exact. When a
-// class splits, the finer colours are returned and the step is simulated again from them.
-// `index_of`: a global rank's GPU index (as in symmetry_classes), -1 outside the plan.
-std::vector<int> refine_by_flows(const std::vector<int>& classes, const std::vector<std::int64_t>& index_of, const Topology& topo,
-                                 const ClassBatches& batches) {
-  struct Coll {
-    int batch;
-    const std::vector<int>* members;
-    std::vector<FlowShape> flows;
-  };
-  std::vector<Coll> colls;
-  for (std::size_t b = 0; b < batches.size(); ++b) {
-    std::vector<std::vector<FlowShape>> flows = batch_flows(*batches[b].first);
-    for (std::size_t c = 0; c < flows.size(); ++c) colls.push_back({int(b), &batches[b].second[c].ranks, std::move(flows[c])});
-  }
-  std::vector<int> lcolour = link_colours(topo);
-  std::vector<int> gcolour = classes;
-  std::vector<std::vector<int>> gpu_colls(classes.size());
-  for (std::size_t c = 0; c < colls.size(); ++c)
-    for (int r : *colls[c].members) gpu_colls[std::size_t(index_of[std::size_t(r)])].push_back(int(c));
-  std::size_t gcount = std::set<int>(classes.begin(), classes.end()).size(), lcount = 0;
-  std::vector<int> ccolour(colls.size());
-  for (;;) {
-    // Collectives, then their flows, from this round's GPU and link colours.
-    std::map<std::vector<double>, int> flow_ids;
-    std::map<std::vector<int>, int> coll_ids;
-    std::vector<std::vector<int>> flow_keys(colls.size());
-    for (std::size_t c = 0; c < colls.size(); ++c) {
-      std::vector<int> key{colls[c].batch, -1};
-      for (int r : *colls[c].members) key.push_back(gcolour[std::size_t(index_of[std::size_t(r)])]);
-      std::sort(key.begin() + 2, key.end());
-      key.push_back(-1);
-      std::vector<int>& fk = flow_keys[c];
-      for (const FlowShape& f : colls[c].flows) {
-        std::vector<double> k{double(f.phase), f.bytes, f.cap, double(f.latency.ps())};
-        const std::size_t head = k.size();
-        for (LinkId l : *f.links) k.push_back(lcolour[l]);
-        std::sort(k.begin() + std::ptrdiff_t(head), k.end());
-        fk.push_back(flow_ids.emplace(std::move(k), int(flow_ids.size())).first->second);
-      }
-      std::vector<int> sorted = fk;
-      std::sort(sorted.begin(), sorted.end());
-      key.insert(key.end(), sorted.begin(), sorted.end());
-      ccolour[c] = coll_ids.emplace(std::move(key), int(coll_ids.size())).first->second;
-    }
-    // Links by the flows across them (a flow's colour: its collective's and its own shape).
-    std::vector<std::vector<std::int64_t>> across(lcolour.size());
-    for (std::size_t c = 0; c < colls.size(); ++c)
-      for (std::size_t f = 0; f < colls[c].flows.size(); ++f)
-        for (LinkId l : *colls[c].flows[f].links)
-          across[l].push_back((std::int64_t(ccolour[c]) << 32) | std::int64_t(flow_keys[c][f]));
-    std::map<std::pair<int, std::vector<std::int64_t>>, int> link_ids;
-    std::vector<int> next_l(lcolour.size());
-    for (std::size_t l = 0; l < lcolour.size(); ++l) {
-      std::sort(across[l].begin(), across[l].end());
-      next_l[l] = link_ids.emplace(std::make_pair(lcolour[l], std::move(across[l])), int(link_ids.size())).first->second;
-    }
-    // GPUs by their collectives.
-    std::map<std::vector<int>, int> gpu_ids;
-    std::vector<int> next_g(gcolour.size());
-    for (std::size_t i = 0; i < gcolour.size(); ++i) {
-      std::vector<int> key{gcolour[i]};
-      for (int c : gpu_colls[i]) key.push_back(ccolour[std::size_t(c)]);
-      std::sort(key.begin() + 1, key.end());
-      next_g[i] = gpu_ids.emplace(std::move(key), int(gpu_ids.size())).first->second;
-    }
-    gcolour = std::move(next_g);
-    lcolour = std::move(next_l);
-    if (gpu_ids.size() == gcount && link_ids.size() == lcount) break;
-    gcount = gpu_ids.size();
-    lcount = link_ids.size();
-  }
-  return gcolour;
-}
 
 // Forward passes before a stage's first backward in Megatron's 1F1B and interleaved 1F1B
 // (megatron/core/pipeline_parallel/schedules.py), out of m * v.
@@ -1007,7 +837,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     sp.tag = sp.ranks.empty() ? 0 : sp.ranks.front();
     return sp;
   };
-  ClassBatches class_batches;  // by class on the flow network: what refine_by_flows checks
+  ClassBatches class_batches;  // by class on the flow network: whose members a skew names
   // Flow-mode launchers: folded, one group's collective plus its shadows; unfolded, the group's
   // collective once every member's task has started.
   // The group's collective first, then its shadows: one batch.
@@ -1686,16 +1516,14 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     }
   }
 
-  if (by_class && net) {
-    // Exact only if the flows keep the classes alike (refine_by_flows); else again, finer.
-    std::vector<std::int64_t> index_of(std::size_t(cfg.topology->gpu_count()), -1);
-    for (std::int64_t i = 0; i < par.pp * Q; ++i) index_of[std::size_t(rank_of_index(par, i))] = i;
-    const std::vector<int> finer = refine_by_flows(class_of, index_of, *cfg.topology, class_batches);
-    if (*std::max_element(finer.begin(), finer.end()) + 1 > nranks) {
-      tapes.classes = step_classes(cfg, finer);
-      return simulate_step_with(cfg, tapes);
-    }
-  }
+  // By classes on the flow network each class's collective runs with the sibling groups of the
+  // same classes beside it. The classes are exact if every sibling ended with it: then every GPU
+  // of a class started, waited and ended each collective with its representative, and the step
+  // is what simulating every GPU gives (each event of the full simulation happens, at the same
+  // time, in this one). A sibling that ended apart (other links, other contention) is told here.
+  std::vector<std::tuple<const CollectiveBatch*, std::size_t, std::int64_t>> skews;
+  if (by_class && net)
+    watch_batches(*net, [&skews](const CollectiveBatch& b, std::size_t i, Time t) { skews.emplace_back(&b, i, t.ps()); });
   for (int r = 0; r < nranks; ++r) seal(r);  // the runs still open get their durations
   flush_group();
   ex.on_start([&](TaskId id, Time at) {
@@ -1709,6 +1537,26 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   ex.start();
   sim.run();
   SCALEOUT_CHECK(ex.all_finished(), "step simulation ended with tasks left: a dependency cycle in the schedule");
+  if (!skews.empty()) {
+    // Split each class by how its GPUs' collectives ended (which batch, how far apart), refine
+    // through the plan's groups and pipeline neighbours again, and simulate once more.
+    std::map<const CollectiveBatch*, std::size_t> batch_index;
+    for (std::size_t b = 0; b < class_batches.size(); ++b) batch_index.emplace(class_batches[b].first.get(), b);
+    std::vector<std::int64_t> index_of(std::size_t(cfg.topology->gpu_count()), -1);
+    for (std::int64_t i = 0; i < par.pp * Q; ++i) index_of[std::size_t(rank_of_index(par, i))] = i;
+    std::vector<std::set<std::pair<std::size_t, std::int64_t>>> apart(std::size_t(par.pp * Q));
+    for (const auto& [batch, coll, skew] : skews) {
+      const auto found = batch_index.find(batch);
+      SCALEOUT_CHECK(found != batch_index.end(), "a collective ended apart in a batch the step did not plan");
+      for (const int g : class_batches[found->second].second[coll].ranks) apart[std::size_t(index_of[std::size_t(g)])].insert({found->second, skew});
+    }
+    std::map<std::pair<int, std::set<std::pair<std::size_t, std::int64_t>>>, int> ids;
+    std::vector<int> finer(apart.size());
+    for (std::size_t i = 0; i < apart.size(); ++i) finer[i] = ids.emplace(std::make_pair(class_of[i], std::move(apart[i])), int(ids.size())).first->second;
+    SCALEOUT_CHECK(int(ids.size()) > nranks, "collectives ended apart, yet no class splits");
+    tapes.classes = step_classes(cfg, finer);
+    return simulate_step_with(cfg, tapes);
+  }
   for (RankState& rs : ranks) rs.mem.settle();
   if (net) {
     // On the network, a transfer lasts what the flows made of it.
