@@ -1,5 +1,6 @@
 #include "sim/engine/simulator.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "sim/engine/check.hpp"
@@ -26,7 +27,8 @@ std::uint64_t Simulator::run(Time limit) {
   std::uint64_t n = 0;
   Time at;
   EventFn fn;
-  while (queue_.next_time() <= limit && queue_.pop(at, fn)) {
+  stop_ = Time::max();
+  while (queue_.next_time() <= std::min(limit, stop_) && queue_.pop(at, fn)) {
     now_ = at;
     fn();
     ++n;

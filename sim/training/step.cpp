@@ -1521,9 +1521,14 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   // of a class started, waited and ended each collective with its representative, and the step
   // is what simulating every GPU gives (each event of the full simulation happens, at the same
   // time, in this one). A sibling that ended apart (other links, other contention) is told here.
+  // The first instant a sibling ends apart ends the run: past it the classes no longer hold (a
+  // lagging sibling's next collectives would pile up behind it), and its skews are enough to split.
   std::vector<std::tuple<const CollectiveBatch*, std::size_t, std::int64_t>> skews;
   if (by_class && net)
-    watch_batches(*net, [&skews](const CollectiveBatch& b, std::size_t i, Time t) { skews.emplace_back(&b, i, t.ps()); });
+    watch_batches(*net, [&skews, &sim](const CollectiveBatch& b, std::size_t i, Time t) {
+      skews.emplace_back(&b, i, t.ps());
+      sim.stop_after(sim.now());
+    });
   for (int r = 0; r < nranks; ++r) seal(r);  // the runs still open get their durations
   flush_group();
   ex.on_start([&](TaskId id, Time at) {
@@ -1536,7 +1541,6 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   });
   ex.start();
   sim.run();
-  SCALEOUT_CHECK(ex.all_finished(), "step simulation ended with tasks left: a dependency cycle in the schedule");
   if (!skews.empty()) {
     // Split each class by how its GPUs' collectives ended (which batch, how far apart), refine
     // through the plan's groups and pipeline neighbours again, and simulate once more.
@@ -1557,6 +1561,7 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
     tapes.classes = step_classes(cfg, finer);
     return simulate_step_with(cfg, tapes);
   }
+  SCALEOUT_CHECK(ex.all_finished(), "step simulation ended with tasks left: a dependency cycle in the schedule");
   for (RankState& rs : ranks) rs.mem.settle();
   if (net) {
     // On the network, a transfer lasts what the flows made of it.
