@@ -969,11 +969,6 @@ struct CollectiveBatch {
   mutable bool timed = false;
   mutable Time first_end, busy_until;  // alone, from the start: the first one's end, the last byte sent
   mutable std::vector<Time> ends;      // alone, from the start: each one's end
-  // Collectives that share no link with the rest of the batch run as parts of their own, each
-  // apart while its own links are idle (one busy link would otherwise put every sibling's flows on
-  // the network); part_index maps a part's collectives to the batch's. Empty: one part.
-  std::vector<std::shared_ptr<const CollectiveBatch>> parts;
-  std::vector<std::vector<std::size_t>> part_index;
 };
 
 std::vector<std::vector<FlowShape>> batch_flows(const CollectiveBatch& batch) {
@@ -997,8 +992,7 @@ struct AloneRun {
   EventId event = 0;
   bool fired = false;
   std::uint32_t generation = 0;  // of its slot: counts the runs the slot has held
-  std::shared_ptr<LaunchEnds> watch;              // watch_batches: told each collective's end
-  const std::vector<std::size_t>* index = nullptr;  // a part's collectives in the watched batch
+  std::shared_ptr<LaunchEnds> watch;  // watch_batches: told each collective's end
 };
 
 // One launch of a batch under watch_batches: each collective's end as it comes, compared with the
@@ -1016,9 +1010,9 @@ struct LaunchEnds {
       (*skew)(*batch, i, t - ends[0]);
     }
   }
-  // Every collective of `part` ran alone from `start` (a run apart that was never evicted).
-  void alone(const CollectiveBatch& part, const std::vector<std::size_t>* index, Time start) {
-    for (std::size_t i = 0; i < part.ends.size(); ++i) ended(index ? (*index)[i] : i, start + part.ends[i]);
+  // Every collective ran alone from `start` (a run apart that was never evicted).
+  void alone(Time start) {
+    for (std::size_t i = 0; i < ends.size(); ++i) ended(i, start + batch->ends[i]);
   }
 };
 
@@ -1049,7 +1043,7 @@ struct PlanMemo {
     return std::uint32_t(runs.size() - 1);
   }
   void free_run(std::uint32_t s) {
-    if (runs[s].watch) runs[s].watch->alone(*runs[s].batch, runs[s].index, runs[s].start);  // ran alone to its end
+    if (runs[s].watch) runs[s].watch->alone(runs[s].start);  // ran alone to its end
     const std::uint32_t g = runs[s].generation + 1;
     runs[s] = AloneRun{};
     runs[s].generation = g;
@@ -1092,7 +1086,7 @@ std::shared_ptr<const std::vector<Phase>> plan_of(const Topology& topo, const Co
   return std::make_shared<const std::vector<Phase>>(std::move(phases));
 }
 
-std::shared_ptr<CollectiveBatch> one_part(std::vector<std::shared_ptr<const std::vector<Phase>>> plans) {
+std::shared_ptr<CollectiveBatch> batch_of(std::vector<std::shared_ptr<const std::vector<Phase>>> plans) {
   auto b = std::make_shared<CollectiveBatch>();
   for (const auto& p : plans)
     for (const Phase& ph : *p)
@@ -1100,42 +1094,6 @@ std::shared_ptr<CollectiveBatch> one_part(std::vector<std::shared_ptr<const std:
   std::sort(b->links.begin(), b->links.end());
   b->links.erase(std::unique(b->links.begin(), b->links.end()), b->links.end());
   b->plans = std::move(plans);
-  return b;
-}
-
-std::shared_ptr<CollectiveBatch> batch_of(std::vector<std::shared_ptr<const std::vector<Phase>>> plans) {
-  auto b = one_part(plans);
-  if (plans.size() < 2) return b;
-  // Collectives joined by a shared link (union-find over the first collective on each link).
-  std::vector<std::size_t> root(plans.size());
-  for (std::size_t i = 0; i < root.size(); ++i) root[i] = i;
-  auto find = [&root](std::size_t i) {
-    while (root[i] != i) i = root[i] = root[root[i]];
-    return i;
-  };
-  std::map<LinkId, std::size_t> first_on;
-  for (std::size_t i = 0; i < plans.size(); ++i)
-    for (const Phase& ph : *plans[i])
-      for (const PlannedFlow& f : ph)
-        for (const LinkId l : f.links) {
-          const auto [it, fresh] = first_on.emplace(l, i);
-          if (!fresh) root[find(i)] = find(it->second);
-        }
-  std::map<std::size_t, std::size_t> part_of;  // root -> part, parts in order of their first collective
-  for (std::size_t i = 0; i < plans.size(); ++i) {
-    const auto [it, fresh] = part_of.emplace(find(i), b->part_index.size());
-    if (fresh) b->part_index.emplace_back();
-    b->part_index[it->second].push_back(i);
-  }
-  if (b->part_index.size() < 2) {
-    b->part_index.clear();
-    return b;
-  }
-  for (const auto& idx : b->part_index) {
-    std::vector<std::shared_ptr<const std::vector<Phase>>> sub;
-    for (const std::size_t i : idx) sub.push_back(plans[i]);
-    b->parts.push_back(one_part(std::move(sub)));
-  }
   return b;
 }
 
@@ -1174,7 +1132,7 @@ void evict(FlowNetwork& net, std::uint32_t slot) {
   const std::int64_t offset = x.start.ps();  // the replay started at zero
   for (std::size_t i = 0; i < plans.size(); ++i) {
     std::function<void(Time)> ended;
-    if (x.watch) ended = [w = x.watch, j = x.index ? (*x.index)[i] : i](Time t) { w->ended(j, t); };
+    if (x.watch) ended = [w = x.watch, i](Time t) { w->ended(i, t); };
     if (finished[i]) {
       if (ended) ended(x.start + x.batch->ends[i]);
       continue;
@@ -1212,12 +1170,16 @@ void evict(FlowNetwork& net, std::uint32_t slot) {
 // or as flows (whose last delivery is queued when its last byte leaves), one instant's events then
 // run in the same order.
 
-namespace {
-// One part of a launch (the whole batch when it has no parts): apart while its links are idle, else
-// as flows. `index` maps its collectives to the watched batch's (null: the same).
-void run_part(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& b, std::function<void()> done, std::int64_t priority,
-              std::shared_ptr<LaunchEnds> watch, const std::vector<std::size_t>* index) {
+void run_collectives(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& b, std::function<void()> done) {
   PlanMemo& memo = memo_of(net);
+  const std::int64_t priority = ++memo.launches;
+  std::shared_ptr<LaunchEnds> watch;
+  if (memo.skew && b->plans.size() > 1) {
+    watch = std::make_shared<LaunchEnds>();
+    watch->batch = b.get();
+    watch->ends.assign(b->plans.size(), Time::max());
+    watch->skew = &memo.skew;
+  }
   if (net.apart() && !b->links.empty() && net.idle(b->links)) {
     if (!b->timed) time_alone(net, *b);
     Simulator& sim = net.simulator();
@@ -1229,7 +1191,6 @@ void run_part(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& b,
     x.done = std::move(done);
     x.priority = priority;
     x.watch = std::move(watch);
-    x.index = index;
     x.event = sim.schedule_in(
         b->first_end,
         [m = &memo, slot] {
@@ -1253,29 +1214,9 @@ void run_part(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& b,
   }
   for (std::size_t i = 0; i < b->plans.size(); ++i) {
     std::function<void(Time)> ended;
-    if (watch) ended = [watch, j = index ? (*index)[i] : i](Time t) { watch->ended(j, t); };
+    if (watch) ended = [watch, i](Time t) { watch->ended(i, t); };
     launch(net, b->plans[i], i == 0 ? std::move(done) : nullptr, priority, std::move(ended));
   }
-}
-}  // namespace
-
-void run_collectives(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& b, std::function<void()> done) {
-  PlanMemo& memo = memo_of(net);
-  const std::int64_t priority = ++memo.launches;
-  std::shared_ptr<LaunchEnds> watch;
-  if (memo.skew && b->plans.size() > 1) {
-    watch = std::make_shared<LaunchEnds>();
-    watch->batch = b.get();
-    watch->ends.assign(b->plans.size(), Time::max());
-    watch->skew = &memo.skew;
-  }
-  if (b->parts.empty()) {
-    run_part(net, b, std::move(done), priority, std::move(watch), nullptr);
-    return;
-  }
-  // The first part holds the first collective: the batch's end is its.
-  for (std::size_t p = 0; p < b->parts.size(); ++p)
-    run_part(net, b->parts[p], p == 0 ? std::move(done) : nullptr, priority, watch, &b->part_index[p]);
 }
 
 void watch_batches(FlowNetwork& net, std::function<void(const CollectiveBatch&, std::size_t, Time)> skew) {
