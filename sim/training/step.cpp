@@ -408,7 +408,22 @@ bool uses_symmetry_classes(const StepConfig& cfg) {
 std::vector<int> step_classes(const StepConfig& cfg, const std::vector<int>& finer = {}) {
   std::vector<std::vector<double>> keys = faults_by_gpu(cfg);
   for (std::size_t i = 0; i < finer.size(); ++i) keys[i].insert(keys[i].begin(), double(finer[i]));
-  return symmetry_classes(cfg.parallel, keys);
+  // The refinement is the costly part on large plans (16,384 GPUs: about 200M instructions), and
+  // a scenario asks for the same classes twice (its work bound, then the step): the last ones are
+  // kept, keyed by everything symmetry_classes reads.
+  struct Memo {
+    std::array<std::int64_t, 6> plan{};
+    std::vector<std::vector<double>> keys;
+    std::vector<int> classes;
+  };
+  thread_local Memo memo;
+  const ParallelPlan& p = cfg.parallel;
+  const std::array<std::int64_t, 6> plan{p.tp, p.cp, p.dp, p.pp, std::max<std::int64_t>(1, p.ep), hybrid_shard_group(p)};
+  if (!memo.classes.empty() && memo.plan == plan && memo.keys == keys) return memo.classes;
+  memo.classes = symmetry_classes(p, keys);
+  memo.plan = plan;
+  memo.keys = std::move(keys);
+  return memo.classes;
 }
 
 // The collectives (and transfers) a step by classes puts on the flow network, each batch with the
