@@ -26,12 +26,12 @@ StepResult simulate_step_exact(const StepConfig& config);
 std::vector<StepResult> simulate_steps_exact(const StepConfig& config, std::span<const std::int64_t> micro_batches);
 // How many ranks a step simulates: the pipeline stages when folded, every GPU when not, and
 // folded with stragglers (or link faults on the flow network) one per class of GPUs that provably
-// behave alike. On the flow network that is the classes of the plan and the cluster graph; the
-// step checks them against its collectives' flows and may split them further
+// behave alike. On the flow network these are the plan's classes, which the step checks as it
+// runs (every sibling group must end each collective with its class) and may split further
 // (StepResult::simulated_ranks says how many it ran).
 std::int64_t simulated_ranks(const StepConfig& config);
-// The most ranks the step may simulate: simulated_ranks, or every GPU where the flows' check may
-// split the classes further (for bounds on the work before it is done).
+// The most ranks the step may simulate: simulated_ranks, or every GPU where that check may split
+// the classes further (for bounds on the work before it is done).
 std::int64_t max_simulated_ranks(const StepConfig& config);
 // How many micro-batches simulate_step builds for this configuration (the larger window).
 std::int64_t simulated_micro_batches(const StepConfig& config);

@@ -81,7 +81,7 @@ StepConfig step_config(const Scenario& s) {
   }
   // Folding is exact while every replica behaves alike. With stragglers, or link faults on the
   // flow network, the folded step simulates one GPU per class of GPUs that behave alike
-  // (uses_symmetry_classes: in the plan and, on the flow network, in the cluster graph as well).
+  // (uses_symmetry_classes; on the flow network checked against the collectives' ends as it runs).
   cfg.fold = s.fold.value_or(true);
   cfg.extrapolate = s.extrapolate;
   cfg.collectives_apart = s.collectives_apart;
