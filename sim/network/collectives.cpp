@@ -971,16 +971,6 @@ struct CollectiveBatch {
   mutable std::vector<Time> ends;      // alone, from the start: each one's end
 };
 
-std::vector<std::vector<FlowShape>> batch_flows(const CollectiveBatch& batch) {
-  std::vector<std::vector<FlowShape>> out;
-  for (const auto& plan : batch.plans) {
-    std::vector<FlowShape>& flows = out.emplace_back();
-    for (std::size_t ph = 0; ph < plan->size(); ++ph)
-      for (const PlannedFlow& f : (*plan)[ph]) flows.push_back({int(ph), f.bytes, f.cap, f.latency, &f.links});
-  }
-  return out;
-}
-
 namespace {
 struct LaunchEnds;
 // A batch run apart while its links stay its own: one event for its first collective's end.

@@ -101,17 +101,6 @@ void run_collectives(FlowNetwork& net, const std::shared_ptr<const CollectiveBat
 // beside it; none ending apart shows the classes behaved alike.
 void watch_batches(FlowNetwork& net, std::function<void(const CollectiveBatch&, std::size_t index, Time skew)> skew);
 
-// What each collective of a batch puts on the network, phase by phase: every flow's links, bytes,
-// latency and rate cap (FlowNetwork::kNoCap when none). For checks of symmetry: two collectives
-// whose flows match, link for link in kind, contend and end alike.
-struct FlowShape {
-  int phase = 0;
-  double bytes = 0, cap = 0;
-  Time latency;
-  const std::vector<LinkId>* links = nullptr;  // owned by the batch
-};
-std::vector<std::vector<FlowShape>> batch_flows(const CollectiveBatch& batch);
-
 // One collective alone on an idle network: its time in seconds, and the choice made.
 double time_collective(const Topology& topo, const CollectiveSpec& spec, CollectiveChoice* choice = nullptr);
 

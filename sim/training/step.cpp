@@ -152,7 +152,7 @@ struct Chunk {
 struct TapeCache {
   std::map<std::int64_t, Tape> tapes;
   std::map<const Tape*, std::shared_ptr<ChunkPlanner::Book>> books;
-  std::vector<int> classes;  // the symmetry classes the step simulates, once checked (by_flows)
+  std::vector<int> classes;  // the symmetry classes the step simulates (refined by the rounds that split)
   bool split = false;        // a round found classes that do not hold: simulate again with `classes`
 };
 

@@ -9,8 +9,8 @@
 # blocking transfers, ZeRO 1-3, FSDP, 48-256 micro-batches, single-switch, fat-tree or
 # rail-optimized fabrics, analytic or flow network, a few one-time stalls. Scenario files are
 # written to /tmp/cc. (Session 8 found and fixed the extrapolation's misses with it.)
-import json, random, subprocess, sys, time, os
-from plans import random_plan, compare
+import json, random, sys, time, os
+from plans import random_plan, run_pair, compare
 BIN = sys.argv[1] if len(sys.argv) > 1 else 'build/scaleout'
 seed = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 budget = float(sys.argv[3]) if len(sys.argv) > 3 else 600
@@ -31,23 +31,19 @@ while time.time() - t0 < budget:
     sc['faults'] = faults
     f = '/tmp/cc/s%d_%d.json' % (seed, n)
     json.dump(sc, open(f, 'w'))
-    res = {}
     net = rng.choice(['analytic', 'analytic', 'flow'])
-    for fold in ('on', 'off'):
-        p = subprocess.run([BIN, 'run', f, '--format', 'json', '--set', 'simulation.extrapolate=' + fold, '--set', 'simulation.network=' + net], capture_output=True, text=True)
-        res[fold] = (p.returncode, p.stdout, p.stderr)
-    if res['on'][0] != 0 or res['off'][0] != 0:
+    pair = run_pair(BIN, f, ['simulation.extrapolate=on', 'simulation.network=' + net],
+                    ['simulation.extrapolate=off', 'simulation.network=' + net])
+    if pair is None:
         stats['invalid'] += 1
-        if res['on'][0] != res['off'][0]: print('RC MISMATCH', f, res['on'][2][:300], res['off'][2][:300], flush=True)
         continue
-    a, b = json.loads(res['on'][1]), json.loads(res['off'][1])
+    a, b = pair
     out = []
     compare(a, b, '', out, ('events', 'event_fingerprint', 'simulated_ranks', 'waited_for_gpu', 'simulated_micro_batches', 'kernels'), 1e-12)
     ranks = a.get('simulated_micro_batches', 0)
     if out:
         stats['diff'] += 1
         stats.setdefault('diff_' + net, 0); stats['diff_' + net] += 1
-        st = [o for o in out if o[0] == '/step_time_s']
         print('DIFF', net, f, 'ranks', ranks, 'of', G, fabric, 'n', len(out), out[:4], flush=True)
     else:
         stats['same'] += 1

@@ -10,8 +10,8 @@
 # GPU), TP/PP/CP/DP/EP, 1F1B, GPipe or interleaved with async or blocking transfers, ZeRO 1-3,
 # FSDP, HSDP, 2-8 micro-batches, one or two link faults (slow or failed NICs, slow NVLinks or
 # fabric links: the flow network) and/or a straggler. Scenario files are written to /tmp/cc.
-import json, random, subprocess, sys, time, os
-from plans import random_plan, compare
+import json, random, sys, time, os
+from plans import random_plan, run_pair, compare
 BIN = sys.argv[1] if len(sys.argv) > 1 else 'build/scaleout'
 seed = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 budget = float(sys.argv[3]) if len(sys.argv) > 3 else 600
@@ -32,21 +32,16 @@ while time.time() - t0 < budget:
     par = sc['parallelism']
     f = '/tmp/cc/s%d_%d.json' % (seed, n)
     json.dump(sc, open(f, 'w'))
-    res = {}
-    for fold in ('on', 'off'):
-        p = subprocess.run([BIN, 'run', f, '--format', 'json', '--set', 'simulation.fold=' + fold], capture_output=True, text=True)
-        res[fold] = (p.returncode, p.stdout, p.stderr)
-    if res['on'][0] != 0 or res['off'][0] != 0:
+    pair = run_pair(BIN, f, ['simulation.fold=on'], ['simulation.fold=off'])
+    if pair is None:
         stats['invalid'] += 1
-        if res['on'][0] != res['off'][0]: print('RC MISMATCH', f, res['on'][2][:300], res['off'][2][:300], flush=True)
         continue
-    a, b = json.loads(res['on'][1]), json.loads(res['off'][1])
+    a, b = pair
     out = []
     compare(a, b, '', out, ('events', 'event_fingerprint', 'simulated_ranks', 'waited_for_gpu'), 1e-15)
     ranks = a.get('simulated_ranks', par.get('pp', 1))
     if out:
         stats['diff'] += 1
-        st = [o for o in out if o[0] == '/step_time_s']
         print('DIFF', f, 'ranks', ranks, 'of', G, fabric, 'n', len(out), out[:4], flush=True)
     else:
         stats['same'] += 1

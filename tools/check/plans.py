@@ -1,5 +1,17 @@
-# Shared by fold_compare.py and extrapolation_compare.py: the random plans both draw (the same
-# sequence of draws, so a seed gives the plans it always gave) and the report comparison.
+# Shared by fold_compare.py, extrapolation_compare.py and speed_survey.py: the random plans they
+# draw (the same sequence of draws, so a seed gives the plans it always gave), the paired runs and
+# the report comparison.
+import json, subprocess
+
+
+def split_gpus(rng, gpus, tps, pps):
+    """TP from `tps`, PP from `pps` (those dividing what is left), CP 1 or 2, DP the rest."""
+    tp = rng.choice(tps)
+    rest = gpus // tp
+    pp = rng.choice([p for p in pps if rest % p == 0])
+    rest //= pp
+    cp = rng.choice([c for c in [1, 1, 2] if rest % c == 0])
+    return tp, pp, cp, rest // cp
 
 
 def random_plan(rng, micro_batches):
@@ -10,14 +22,7 @@ def random_plan(rng, micro_batches):
     gpn = rng.choice([2, 4, 8])
     nodes = rng.choice([2, 4])
     G = gpn * nodes
-    # plan: tp | gpn, pp, cp, dp fill
-    tp = rng.choice([t for t in [1, 2, 4] if gpn % t == 0])
-    rest = G // tp
-    pp = rng.choice([p for p in [1, 2, 4] if rest % p == 0])
-    rest //= pp
-    cp = rng.choice([c for c in [1, 1, 2] if rest % c == 0])
-    rest //= cp
-    dp = rest
+    tp, pp, cp, dp = split_gpus(rng, G, [t for t in [1, 2, 4] if gpn % t == 0], [1, 2, 4])
     par = {'tp': tp, 'pp': pp, 'dp': dp}
     if cp > 1: par['cp'] = cp
     if tp > 1: par['sequence_parallel'] = rng.random() < 0.5
@@ -59,6 +64,18 @@ def random_plan(rng, micro_batches):
           'training': {'seq_len': 1024, 'micro_batch': 1, 'global_batch': m * dp, 'precision': 'bf16-mixed'},
           'parallelism': par}
     return sc, links, G, fabric
+
+
+def run_pair(binary, path, sets_a, sets_b):
+    """The scenario run twice with different --set overrides: the two reports, or None when a run
+    failed (printing RC MISMATCH when only one did)."""
+    runs = [subprocess.run([binary, 'run', path, '--format', 'json'] + [x for s in sets for x in ('--set', s)],
+                           capture_output=True, text=True) for sets in (sets_a, sets_b)]
+    if runs[0].returncode != 0 or runs[1].returncode != 0:
+        if runs[0].returncode != runs[1].returncode:
+            print('RC MISMATCH', path, runs[0].stderr[:300], runs[1].stderr[:300], flush=True)
+        return None
+    return json.loads(runs[0].stdout), json.loads(runs[1].stdout)
 
 
 def compare(x, y, path, out, skip, margin):

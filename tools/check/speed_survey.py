@@ -13,6 +13,7 @@
 # a run past LIMIT_S (default 60) is stopped and counted as over. Prints one line per plan, then
 # the share under 50 ms and the median, by network and fault. Scenario files go to /tmp/survey.
 import json, os, random, subprocess, sys, time
+from plans import split_gpus
 
 BIN = sys.argv[1]
 seed = int(sys.argv[2])
@@ -28,13 +29,7 @@ for n in range(count):
     sc['cluster']['nodes'] = 8
     model = rng.choice(['llama-3-8b', 'llama-3-8b', 'llama-3-70b', 'mixtral-8x7b'])
     sc['model'] = model
-    tp = rng.choice([1, 2, 4, 8])
-    rest = 64 // tp
-    pp = rng.choice([p for p in [1, 2, 4, 8] if rest % p == 0])
-    rest //= pp
-    cp = rng.choice([c for c in [1, 1, 2] if rest % c == 0])
-    rest //= cp
-    dp = rest
+    tp, pp, cp, dp = split_gpus(rng, 64, [1, 2, 4, 8], [1, 2, 4, 8])
     par = {'tp': tp, 'pp': pp, 'dp': dp}
     if cp > 1: par['cp'] = cp
     if tp > 1: par['sequence_parallel'] = True

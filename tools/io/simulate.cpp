@@ -149,17 +149,16 @@ double single_gpu_baseline(const Scenario& s, BaselineCache* cache, const std::s
   // micro-batches (each one the same forward and backward), so two short simulations give it:
   // T(m) = T(1) + (m - 1) (T(2) - T(1)). Both lengths share the planned kernels (one
   // simulate_steps_exact call).
+  const std::int64_t m = s.training.global_batch / s.training.micro_batch;
   std::optional<BaselineTimes> times = cache ? cache->find(key) : std::nullopt;
   if (!times) {
     Scenario one = on_one_gpu(s);
     one.training.global_batch = one.training.micro_batch;
-    const std::int64_t m = s.training.global_batch / s.training.micro_batch;
     const std::vector<std::int64_t> lengths = cache || m > 1 ? std::vector<std::int64_t>{1, 2} : std::vector<std::int64_t>{1};
     const std::vector<StepResult> r = simulate_steps_exact(step_config(one), lengths);
     times = BaselineTimes{r.front().step_time_s, r.back().step_time_s};
     if (cache) cache->put(key, *times);
   }
-  const std::int64_t m = s.training.global_batch / s.training.micro_batch;
   const double t = m > 1 ? times->one + double(m - 1) * (times->two - times->one) : times->one;
   return t > 0 ? double(s.training.global_batch) * double(s.training.seq_len) / t : 0;
 }
