@@ -52,6 +52,9 @@ struct Kernel {
   // stage its tape belongs to), once a step simulation has worked it out (every micro-batch runs
   // the same tape kernels); negative: not yet.
   double seconds = -1;
+  // Launched this many times back to back, each launch the same (the optimizer's
+  // multi_tensor_apply chunks: thousands for a large model on one GPU, planned and emitted as one).
+  std::int32_t launches = 1;
 
   double flops() const {
     switch (kind) {

@@ -374,13 +374,12 @@ std::vector<PlanItem> ChunkPlanner::optimizer() const {
   it.host_prologue_tensors = tensors;
   for (double bytes_per_param : passes) {
     const double launches = std::max({1.0, std::ceil(n / per_launch), std::ceil(tensors / 110.0)});
-    for (int l = 0; l < int(launches); ++l) {
-      Kernel k;
-      k.kind = KernelKind::memory;
-      k.bytes = bytes_per_param * n / launches;
-      k.name = "optimizer";
-      it.own.push_back(std::move(k));
-    }
+    Kernel k;
+    k.kind = KernelKind::memory;
+    k.bytes = bytes_per_param * n / launches;
+    k.name = "optimizer";
+    k.launches = std::int32_t(launches);
+    it.own.push_back(std::move(k));
   }
   return {it};
 }

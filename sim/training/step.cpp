@@ -1109,9 +1109,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         host_work(rank, Time::from_seconds(it.host_prologue_tensors * cfg.profile.host_opt_tensor.seconds()), "optimizer_prologue");
       for (std::size_t k = 0; k < kernels.size(); ++k) {
         const Kernel& kernel = kernels[k];
-        const Time launched = host_work(rank, host_cost(it.phase), kernel.name.c_str());
         Time dt;
         const bool coll = kernel.kind == KernelKind::collective;
+        SCALEOUT_CHECK(kernel.launches >= 1 && (!coll || kernel.launches == 1), "a kernel launched repeatedly must be a compute kernel");
         if (coll) {
           // The tape's kernels carry it (worked out for the stage the tape belongs to).
           dt = Time::from_seconds(kernel.seconds >= 0 ? kernel.seconds
@@ -1121,47 +1121,53 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         } else {
           const Time base = kernel.seconds >= 0 ? Time::from_seconds(kernel.seconds) : cm.time(kernel);
           dt = slowdown[rank] == 1.0 ? base : Time::from_seconds(base.seconds() * slowdown[rank]);
-          phase_time[static_cast<int>(it.phase)] += dt.seconds();
-          (it.phase == Phase::optimizer ? rank_optimizer : it.phase == Phase::recompute ? rank_recompute : rank_compute)[rank] += dt.seconds();
         }
-        const std::span<const TaskId> deps = k == 0 ? std::span<const TaskId>(first_deps) : std::span<const TaskId>();
-        Run& run = runs[std::size_t(rank)];
-        TaskId g;
-        Time op_busy, op_floor;  // where this kernel starts inside its run
-        if (coll) {
-          g = sync_task(rank, kCompute, dt, std::vector<TaskId>(deps.begin(), deps.end()), &kernel, kernel.group, kernel.coll,
-                        kernel.bytes, launched);
-        } else if (merging && deps.empty() && run.open && last_on[rank][kCompute] == run.task + 1) {
-          g = run.task;
-          op_busy = run.busy;
-          op_floor = max(run.floor, launched);
-          run.busy += dt;
-          run.floor = op_floor + dt;
-          run.grown = true;
-        } else {
-          g = add_task_span(rank, kCompute, dt, deps, &kernel, launched);
-          if (merging) run = {g, dt, launched + dt, true, false};
-          op_floor = launched;
-        }
-        const bool in_run = merging && !coll;
-        if (k == 0 && !it.allocs.empty()) {
-          if (in_run)
-            for (const MemOp& mo : it.allocs) run_op(g, op_busy, op_floor, mo, true);
-          else
-            opens.push(g, it.allocs);
-        }
-        if (k + 1 == kernels.size() && !it.frees.empty()) {
-          if (in_run)
-            for (const MemOp& mo : it.frees) run_op(g, run.busy, run.floor, mo, false);
-          else
-            closes.push(g, it.frees);
-        }
-        if (k == 0) first = g;
-        last = g;
-        if (q_of(rank) == 0) ++res.kernels;
-        if (seal_after_kernel) {
-          seal(rank);
-          seal_after_kernel = false;
+        for (std::int32_t launch = 0; launch < kernel.launches; ++launch) {
+          const bool first_launch = k == 0 && launch == 0, last_launch = k + 1 == kernels.size() && launch + 1 == kernel.launches;
+          const Time launched = host_work(rank, host_cost(it.phase), kernel.name.c_str());
+          if (!coll) {
+            phase_time[static_cast<int>(it.phase)] += dt.seconds();
+            (it.phase == Phase::optimizer ? rank_optimizer : it.phase == Phase::recompute ? rank_recompute : rank_compute)[rank] += dt.seconds();
+          }
+          const std::span<const TaskId> deps = first_launch ? std::span<const TaskId>(first_deps) : std::span<const TaskId>();
+          Run& run = runs[std::size_t(rank)];
+          TaskId g;
+          Time op_busy, op_floor;  // where this kernel starts inside its run
+          if (coll) {
+            g = sync_task(rank, kCompute, dt, std::vector<TaskId>(deps.begin(), deps.end()), &kernel, kernel.group, kernel.coll,
+                          kernel.bytes, launched);
+          } else if (merging && deps.empty() && run.open && last_on[rank][kCompute] == run.task + 1) {
+            g = run.task;
+            op_busy = run.busy;
+            op_floor = max(run.floor, launched);
+            run.busy += dt;
+            run.floor = op_floor + dt;
+            run.grown = true;
+          } else {
+            g = add_task_span(rank, kCompute, dt, deps, &kernel, launched);
+            if (merging) run = {g, dt, launched + dt, true, false};
+            op_floor = launched;
+          }
+          const bool in_run = merging && !coll;
+          if (first_launch && !it.allocs.empty()) {
+            if (in_run)
+              for (const MemOp& mo : it.allocs) run_op(g, op_busy, op_floor, mo, true);
+            else
+              opens.push(g, it.allocs);
+          }
+          if (last_launch && !it.frees.empty()) {
+            if (in_run)
+              for (const MemOp& mo : it.frees) run_op(g, run.busy, run.floor, mo, false);
+            else
+              closes.push(g, it.frees);
+          }
+          if (first_launch) first = g;
+          last = g;
+          if (q_of(rank) == 0) ++res.kernels;
+          if (seal_after_kernel) {
+            seal(rank);
+            seal_after_kernel = false;
+          }
         }
       }
       return {first, last};
@@ -1458,6 +1464,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       opt_deps = {off};
       first_opt = false;
     }
+    // The optimizer's kernels (thousands of multi_tensor_apply launches for a large model) run
+    // back to back after its first: one run.
+    merging = !cfg.keep_trace;
     for (auto& ch : rs.chunks) {
       if (!par.offload_optimizer) {
         for (auto& item : ch.planner->optimizer()) {
@@ -1472,6 +1481,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       }
       emit(r, ch.planner->release_grads(), {});
     }
+    seal(r);
+    merging = false;
     if (par.zero >= 1 && par.zero <= 2 && par.dp > 1) {
       // ZeRO-1/2: every rank updated its shard; the parameters are all-gathered.
       double n = 0;

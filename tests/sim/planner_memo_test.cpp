@@ -2,6 +2,8 @@
 // that leaves the gradient state as it found it: each must be exactly the plan made afresh.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "models/step_tape.hpp"
 #include "sim/training/planner.hpp"
 #include "tools/io/scenario.hpp"
@@ -23,6 +25,7 @@ void same_items(const std::vector<PlanItem>& a, const std::vector<PlanItem>& b) 
       for (std::size_t k = 0; k < a[i].kernels().size(); ++k) {  // the optimizer's own
         CHECK(a[i].kernels()[k].name == b[i].kernels()[k].name);
         CHECK(a[i].kernels()[k].bytes == b[i].kernels()[k].bytes);
+        CHECK(a[i].kernels()[k].launches == b[i].kernels()[k].launches);
       }
     }
     CHECK(a[i].layer == b[i].layer);
@@ -110,4 +113,33 @@ TEST_CASE("shared forward and backward plans are exactly the plans made afresh",
     check_memo(tr, sh, false, 4, 1);
   }
   SECTION("zero-bubble: backward split from its weight pass") { check_memo(tr, {}, true, 6, 3); }
+}
+
+TEST_CASE("the foreach optimizer launches a kernel per 320 blocks of 65536 parameters, planned as one", "[planner]") {
+  // Llama-3-8B on one GPU: 8.03e9 parameters / (320 * 65536) -> 383 launches of each of
+  // AdamW's eight foreach passes (and of the master-weight copy), each kernel planned once with
+  // its launch count and the per-launch share of the pass's bytes.
+  TrainingSpec tr;
+  tr.seq_len = 512;
+  tr.micro_batch = 1;
+  tr.precision = *precision_recipe("bf16-mixed");
+  const TransformerSpec model = load_model("llama-3-8b");
+  const Tape tape = build_step_tape(model, tr, StageSpec{});
+  ChunkPlanner p(tape, tr, ShardPlan{});
+  const std::vector<PlanItem> opt = p.optimizer();
+  REQUIRE(opt.size() == 1);
+  const double n = p.trainable_params();
+  const auto launches = std::int32_t(std::ceil(n / (320.0 * 65536.0)));
+  CHECK(launches == 383);
+  const std::span<const Kernel> ks = opt[0].kernels();
+  REQUIRE(ks.size() == 8 + (tr.precision.master_copy ? 1 : 0));
+  for (const Kernel& k : ks) {
+    CHECK(k.launches == launches);
+    CHECK(k.bytes * k.launches > n);  // every pass reads and writes at least a byte per parameter
+  }
+  // Sharded 64 ways (ZeRO-1): 6 launches of each pass.
+  ShardPlan sh;
+  sh.optimizer = 64;
+  ChunkPlanner q(tape, tr, sh);
+  CHECK(q.optimizer()[0].kernels()[0].launches == std::int32_t(std::ceil(n / 64 / (320.0 * 65536.0))));
 }

@@ -393,6 +393,13 @@ TEST_CASE("kernel runs folded into one task give exactly the per-kernel simulati
   slow["training"]["recompute"] = "full";
   slow["faults"] = {{"stragglers", {{{"gpu", 3}, {"slowdown", 1.3}, {"loader_delay", "50 ms"}}}}};
   plans.push_back({"straggler", slow});
+  // One GPU, the whole model's foreach AdamW: 8 passes of ~190 multi_tensor_apply launches each,
+  // one run, with the pass's temporary allocated and freed inside it.
+  Json one = base();
+  one["cluster"] = {{"gpu", "h100-sxm"}, {"nodes", 1}, {"gpus_per_node", 1}};
+  one["training"]["optimizer_impl"] = "foreach";
+  one["parallelism"] = {{"dp", 1}};
+  plans.push_back({"one-gpu", one});
   for (const auto& [name, j] : plans) {
     INFO(name);
     const Scenario s = parse_scenario(j, "test.json");
