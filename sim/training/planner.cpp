@@ -317,7 +317,7 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch, std:
   if (split && !w_items.empty()) {
     // What is left goes when the W pass ends.
     auto& f = w_items.back().frees;
-    f.insert(f.end(), end.frees.begin(), end.frees.end());
+    f.append(end.frees.begin(), end.frees.end());
     *weight = std::move(w_items);
   } else {
     out.push_back(std::move(end));

@@ -12,6 +12,7 @@
 
 #include "models/tape.hpp"
 #include "models/training.hpp"
+#include "sim/training/small_vec.hpp"
 
 namespace scaleout {
 
@@ -30,10 +31,10 @@ struct PlanItem {
   bool from_tape = false;
   std::vector<Kernel> own;
   std::span<const Kernel> kernels() const { return from_tape ? tape_kernels : std::span<const Kernel>(own); }
-  std::vector<MemOp> allocs, frees;
+  SmallVec<MemOp, 4> allocs, frees;
   double host_prologue_tensors = 0;  // optimizer: per-tensor Python work before the first launch
   int layer = -1;                    // the layer of the op (-1: embedding, head, bookkeeping)
-  std::vector<int> grads_done;       // parameters whose gradient is final after this item
+  SmallVec<int, 2> grads_done;       // parameters whose gradient is final after this item
 };
 
 // How the data-parallel group shares state (ZeRO / FSDP): persistent bytes are divided by these.

@@ -200,7 +200,7 @@ class TaskLists {
     else nodes_[tail_[task]].next = e;
     tail_[task] = e;
   }
-  void push(TaskId task, const std::vector<T>& values) {
+  void push(TaskId task, std::span<const T> values) {
     for (const T& v : values) push(task, v);
   }
   void reserve(std::size_t tasks, std::size_t values) {
@@ -1190,7 +1190,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     PlanItem init;
     for (auto& ch : rs.chunks) {
       PlanItem p0 = ch.planner->persistent();
-      init.allocs.insert(init.allocs.end(), p0.allocs.begin(), p0.allocs.end());
+      init.allocs.append(p0.allocs.begin(), p0.allocs.end());
     }
     emit(r, init, {});
 
@@ -1358,7 +1358,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           // The pipeline neighbour's activation (forward) or gradient (backward).
           first_deps.insert(first_deps.end(), pending_first.begin(), pending_first.end());
         }
-        const std::vector<int>& done = item.grads_done;
+        const auto& done = item.grads_done;
         const bool is_bwd = item.phase == Phase::backward;
         // The next layer's gather waits for this pass's first kernel: keep it a task of its own.
         seal_after_kernel = gather_params && !started;
