@@ -21,11 +21,11 @@ class Builder {
   Tape run() {
     int x;
     if (st_.embedding) {
-      const int tokens = tensor("tokens", tokens_, Dtype::fp64, false);  // int64 ids
+      const int tokens = tensor(tokens_, Dtype::fp64, false);  // int64 ids
       x = embed(tokens);
     } else {
       // The previous stage's output arrives as a tensor that needs a gradient sent back.
-      x = tensor("stage_input", sp_tokens_ * double(m_.hidden), r_.residual);
+      x = tensor(sp_tokens_ * double(m_.hidden), r_.residual);
       tape_.input = x;
     }
     const std::int64_t last = st_.layers < 0 ? m_.layers : st_.first_layer + st_.layers;
@@ -46,15 +46,14 @@ class Builder {
 
  private:
   // ---- tensors ---------------------------------------------------------------------------------
-  int tensor(std::string name, double elems, Dtype d, bool requires_grad = true) {
-    const int id = tape_.add_tensor(prefix() + name, elems * dtype_bytes(d), requires_grad);
+  int tensor(double elems, Dtype d, bool requires_grad = true) {
+    const int id = tape_.add_tensor(elems * dtype_bytes(d), requires_grad);
     dtype_.resize(tape_.tensors.size());
     elems_.resize(tape_.tensors.size());
     dtype_[id] = d;
     elems_[id] = elems;
     return id;
   }
-  std::string prefix() const { return layer_ >= 0 ? "L" + std::to_string(layer_) + "." : ""; }
   double bytes(int t) const { return tape_.tensors[t].bytes; }
   bool needs_grad(int t) const { return tape_.tensors[t].requires_grad; }
 
@@ -90,7 +89,6 @@ class Builder {
   int push(OpRec op) {
     op.layer = layer_;
     op.region = region_;
-    op.name = prefix() + op.name;
     return tape_.add_op(std::move(op));
   }
 
@@ -98,9 +96,8 @@ class Builder {
   // reads the output's gradient and what was saved, and writes a gradient per input needing one.
   int ew(const std::string& name, std::initializer_list<int> ins, double out_elems, Dtype out_dtype,
          std::initializer_list<int> saved_ins = {}, bool save_out = false, int kernels = 1) {
-    const int out = tensor(name, out_elems, out_dtype);
+    const int out = tensor(out_elems, out_dtype);
     OpRec op;
-    op.name = name;
     op.inputs.assign(ins);
     op.outputs = {out};
     op.saved.assign(saved_ins);
@@ -153,22 +150,20 @@ class Builder {
   // (or reduce-scatters) its input gradient; a row-parallel one all-reduces (or reduce-scatters)
   // its partial output. `in` and `out` are this rank's widths.
   int linear(const std::string& name, int x, std::int64_t in, std::int64_t out, bool bias, Par par = Par::none) {
-    const int param = tape_.add_param(prefix() + name, double(in) * double(out) + (bias ? double(out) : 0.0),
+    const int param = tape_.add_param(double(in) * double(out) + (bias ? double(out) : 0.0),
                                       trainable(name), layer_);
     const Dtype c = r_.compute == Dtype::fp8 ? Dtype::bf16 : r_.compute;  // fp8: operands quantised in the GEMM
     const bool frozen = !tape_.params[param].trainable;
     int xc = r_.autocast ? cast(x, c) : x;
     OpRec op;
-    op.name = name;
     op.inputs = {xc};
     op.saved = {xc};
     if (frozen && t_.lora && t_.lora->nf4_base) {
       // QLoRA: the NF4 weight is dequantised to bf16 for each GEMM, forward and backward (dgrad).
       OpRec dq;
-      dq.name = name + ".dequant";
-      const int wd = tensor(name + ".w_dequant", double(in) * double(out), c, false);
+      const int wd = tensor(double(in) * double(out), c, false);
       dq.outputs = {wd};
-      dq.fwd.push_back(mem_kernel(dq.name, double(in) * double(out) * (0.5 + 2.0), c));
+      dq.fwd.push_back(mem_kernel(name + ".dequant", double(in) * double(out) * (0.5 + 2.0), c));
       push(std::move(dq));
       op.inputs.push_back(wd);
       op.bwd.push_back(mem_kernel(name + ".dequant_bwd", double(in) * double(out) * (0.5 + 2.0), c));
@@ -176,14 +171,13 @@ class Builder {
       // A frozen base stored in the compute dtype: autocast has nothing to cast.
     } else if (r_.autocast && !st_.weights_gathered_in_compute_dtype) {
       OpRec wc;
-      wc.name = name + ".w_cast";
-      const int w = tensor(name + ".w_" + std::string(to_string(c)), double(in) * double(out), c);
+      const int w = tensor(double(in) * double(out), c);
       tape_.tensors[w].hold_until_forward_end = true;
       wc.outputs = {w};
-      wc.fwd.push_back(mem_kernel(wc.name, double(in) * double(out) * (dtype_bytes(r_.param) + dtype_bytes(c)), c));
+      wc.fwd.push_back(mem_kernel(name + ".w_cast", double(in) * double(out) * (dtype_bytes(r_.param) + dtype_bytes(c)), c));
       wc.param = param;
       wc.weight_from = 0;  // casting the weight's gradient back: part of the weight gradient
-      wc.bwd.push_back(mem_kernel(wc.name + "_bwd", double(in) * double(out) * (dtype_bytes(c) + 2 * dtype_bytes(r_.grad)), c));
+      wc.bwd.push_back(mem_kernel(name + ".w_cast_bwd", double(in) * double(out) * (dtype_bytes(c) + 2 * dtype_bytes(r_.grad)), c));
       push(std::move(wc));
       op.inputs.push_back(w);
       op.saved.push_back(w);
@@ -193,7 +187,7 @@ class Builder {
     const bool col = par == Par::column && tp(), row = par == Par::row && tp();
     const double base_rows = rows_override_ > 0 ? rows_override_ : elems_[xc] / double(in);
     const double out_tokens = row && sp() ? sp_tokens_ : (col ? tokens_ : base_rows);
-    const int y = tensor(name, out_tokens * double(out), c);
+    const int y = tensor(out_tokens * double(out), c);
     op.outputs = {y};
     const auto t = static_cast<std::int64_t>(col ? tokens_ : base_rows);
     const double act = dtype_bytes(c);
@@ -263,14 +257,13 @@ class Builder {
       // per-row statistics; under autocast it runs in fp32.
       const Dtype od = r_.autocast ? Dtype::fp32 : dtype_[x];
       const int xin = r_.autocast ? cast(x, Dtype::fp32) : x;
-      const int stats = tensor(name + ".stats", 2 * rows, Dtype::fp32, false);
-      const int y = tensor(name, elems, od);
+      const int stats = tensor(2 * rows, Dtype::fp32, false);
+      const int y = tensor(elems, od);
       OpRec op;
-      op.name = name;
       op.inputs = {xin};
       op.outputs = {y, stats};
       op.saved = {xin, stats};
-      op.param = tape_.add_param(prefix() + name, double(m_.hidden) * (m_.arch == Arch::gpt ? 2 : 1), !t_.lora, layer_);
+      op.param = tape_.add_param(double(m_.hidden) * (m_.arch == Arch::gpt ? 2 : 1), !t_.lora, layer_);
       if (!tape_.params[op.param].trainable) op.param = -1;
       op.fwd.push_back(mem_kernel(name, bytes(xin) + bytes(y), od));
       op.fwd.back().reduction = true;
@@ -290,7 +283,7 @@ class Builder {
     const Dtype od = r_.autocast ? Dtype::fp32 : dtype_[x];
     const int y = ew(name + ".weight", {nc}, elems, od, {nc});
     OpRec& last = tape_.ops.back();
-    last.param = tape_.add_param(prefix() + name, double(m_.hidden), !t_.lora, layer_);
+    last.param = tape_.add_param(double(m_.hidden), !t_.lora, layer_);
     if (!tape_.params[last.param].trainable) last.param = -1;
     return y;
   }
@@ -298,10 +291,9 @@ class Builder {
   int embed(int tokens) {
     const Dtype d = r_.autocast ? r_.param : r_.residual;
     const double h = double(m_.hidden);
-    emb_param_ = tape_.add_param("embedding", double(vocab_) * h, !t_.lora);
-    const int e = tensor("embed", (tp() ? sp_tokens_ : tokens_) * h, d);
+    emb_param_ = tape_.add_param(double(vocab_) * h, !t_.lora);
+    const int e = tensor((tp() ? sp_tokens_ : tokens_) * h, d);
     OpRec op;
-    op.name = "embedding";
     op.inputs = {tokens};
     op.outputs = {e};
     op.saved = {tokens};
@@ -319,11 +311,9 @@ class Builder {
     }
     push(std::move(op));
     if (m_.arch != Arch::gpt) return e;
-    const int pos_param = tape_.add_param("position_embedding",
-                                          double(m_.max_positions > 0 ? m_.max_positions : t_.seq_len) * h, !t_.lora);
-    const int p = tensor("pos_embed", double(t_.seq_len) / double(st_.cp) / (sp() ? double(st_.tp) : 1.0) * h, d);
+    const int pos_param = tape_.add_param(double(m_.max_positions > 0 ? m_.max_positions : t_.seq_len) * h, !t_.lora);
+    const int p = tensor(double(t_.seq_len) / double(st_.cp) / (sp() ? double(st_.tp) : 1.0) * h, d);
     OpRec pop;
-    pop.name = "position_embedding";
     pop.outputs = {p};
     pop.fwd.push_back(mem_kernel("position_embedding", bytes(p) * 2, d));
     if (!t_.lora) {
@@ -336,11 +326,10 @@ class Builder {
 
   int dropout(const std::string& name, int x) {
     if (t_.dropout <= 0) return x;
-    const int mask = tensor(name + ".mask", elems_[x], Dtype::int8, false);
+    const int mask = tensor(elems_[x], Dtype::int8, false);
     OpRec m;
-    m.name = name + ".mask";
     m.outputs = {mask};
-    m.fwd.push_back(mem_kernel(m.name, bytes(mask), Dtype::int8));
+    m.fwd.push_back(mem_kernel(name + ".mask", bytes(mask), Dtype::int8));
     push(std::move(m));
     return ew(name, {x, mask}, elems_[x], dtype_[x], {mask});
   }
@@ -354,10 +343,9 @@ class Builder {
     if (selective) region_ = tape_.regions++;
     int o;
     if (t_.attention == AttentionImpl::flash) {
-      o = tensor("attn", tokens_ * heads * hd, c);
-      const int lse = tensor("attn.lse", b * heads * s, Dtype::fp32, false);
+      o = tensor(tokens_ * heads * hd, c);
+      const int lse = tensor(b * heads * s, Dtype::fp32, false);
       OpRec op;
-      op.name = "attn";
       op.inputs = {q, k, v};
       op.outputs = {o, lse};
       op.saved = {q, k, v, o, lse};
@@ -391,9 +379,8 @@ class Builder {
       const auto bh = static_cast<std::int64_t>(b * heads);
       const auto si = static_cast<std::int64_t>(s);
       const auto hdi = m_.hd();
-      const int scores = tensor("scores", ss, c);
+      const int scores = tensor(ss, c);
       OpRec qk;
-      qk.name = "qk";
       qk.inputs = {q, k};
       qk.outputs = {scores};
       qk.saved = {q, k};
@@ -412,9 +399,8 @@ class Builder {
         pc = cast(p, c);
       }
       pc = dropout("attn_dropout", pc);
-      const int ob = tensor("pv", tokens_ * heads * hd, c);
+      const int ob = tensor(tokens_ * heads * hd, c);
       OpRec pv;
-      pv.name = "pv";
       pv.inputs = {pc, v};
       pv.outputs = {ob};
       pv.saved = {pc, v};
@@ -552,10 +538,9 @@ class Builder {
     if (r_.fused_kernels || tp()) {
       // Megatron's (vocabulary-parallel) cross-entropy: the fp32 softmax is kept for backward,
       // whose gradient is written in place of it; max, sum and target logit are all-reduced.
-      const int sm = tensor("softmax_fp32", tokens_ * v, Dtype::fp32, false);
-      const int loss = tensor("loss", 1, Dtype::fp32);
+      const int sm = tensor(tokens_ * v, Dtype::fp32, false);
+      const int loss = tensor(1, Dtype::fp32);
       OpRec ce;
-      ce.name = "cross_entropy";
       ce.inputs = {logits};
       ce.outputs = {loss, sm};
       ce.saved = {sm};

@@ -18,7 +18,6 @@ inline constexpr const char* kMemCategoryNames[kMemCategoryCount] = {"params", "
                                                                      "other"};
 
 struct TensorRec {
-  std::string name;
   double bytes = 0;
   MemCategory category = MemCategory::activations;
   bool requires_grad = true;
@@ -27,14 +26,12 @@ struct TensorRec {
 };
 
 struct ParamRec {
-  std::string name;
   double count = 0;      // elements
   bool trainable = true;
   int layer = -1;        // -1: embedding, final norm, head
 };
 
 struct OpRec {
-  std::string name;
   int layer = -1;          // -1: embedding / head
   int region = -1;         // checkpointed region (recompute), -1: none
   std::vector<int> inputs, outputs, saved;
@@ -55,13 +52,12 @@ struct Tape {
   std::vector<OpRec> ops;
   int regions = 0;
 
-  int add_tensor(std::string name, double bytes, bool requires_grad = true,
-                 MemCategory cat = MemCategory::activations) {
-    tensors.push_back(TensorRec{std::move(name), bytes, cat, requires_grad, false, -1});
+  int add_tensor(double bytes, bool requires_grad = true, MemCategory cat = MemCategory::activations) {
+    tensors.push_back(TensorRec{bytes, cat, requires_grad, false, -1});
     return int(tensors.size()) - 1;
   }
-  int add_param(std::string name, double count, bool trainable = true, int layer = -1) {
-    params.push_back(ParamRec{std::move(name), count, trainable, layer});
+  int add_param(double count, bool trainable = true, int layer = -1) {
+    params.push_back(ParamRec{count, trainable, layer});
     return int(params.size()) - 1;
   }
   int add_op(OpRec op) {
