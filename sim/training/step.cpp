@@ -191,8 +191,10 @@ class TaskLists {
  public:
   void push(TaskId task, const T& value) {
     if (task >= head_.size()) {
-      head_.resize(std::size_t(task) + 1, kNone);
-      tail_.resize(std::size_t(task) + 1, kNone);
+      // Empty lists past the task cost nothing: grow to the reserved room at once, not a task at a time.
+      const std::size_t n = std::max(std::size_t(task) + 1, head_.capacity());
+      head_.resize(n, kNone);
+      tail_.resize(n, kNone);
     }
     const auto e = static_cast<std::uint32_t>(nodes_.size());
     nodes_.push_back({value, kNone});
@@ -782,10 +784,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     if (track == kCompute) seal(rank);
     return id;
   };
-  auto add_task = [&](int rank, int track, Time dur, const std::vector<TaskId>& deps, const Kernel* k,
-                      Time release = Time::zero()) {
-    return add_task_span(rank, track, dur, std::span<const TaskId>(deps.data(), deps.size()), k, release);
-  };
+  auto add_task = [&](int rank, int track, Time dur, std::span<const TaskId> deps, const Kernel* k,
+                      Time release = Time::zero()) { return add_task_span(rank, track, dur, deps, k, release); };
+  auto one = [](TaskId t) { return std::array<TaskId, 1>{t}; };  // a single dependency, without a vector
   // Each rank's host thread launches kernels one after another and waits for nothing (no
   // synchronisation is modelled on it), so when it launches each one is known as the graph is
   // built: a running clock per rank, and the kernels carry it as their release time.
@@ -908,7 +909,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   std::map<std::pair<int, std::int64_t>, GroupBarriers> group_barriers;  // (slot, group)
   std::vector<std::array<GroupBarriers*, 7>> rank_groups(nranks, std::array<GroupBarriers*, 7>{});
   std::vector<std::array<std::int64_t, 7>> occurrences(nranks, std::array<std::int64_t, 7>{});
-  auto sync_task = [&](int rank, int track, Time dur, std::vector<TaskId> deps, const Kernel* k, CommGroup g,
+  auto sync_task = [&](int rank, int track, Time dur, std::span<const TaskId> deps, const Kernel* k, CommGroup g,
                        CollectiveKind kind, double bytes, Time release = Time::zero()) {
     const std::uint8_t label = std::uint8_t(int(g) + 1);
     if (group_size(g) <= 1) return add_task(rank, track, dur, deps, k, release);
@@ -1008,7 +1009,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           });
       };
     }
-    const TaskId id = add_task(rank, track, dur, {b}, k, release);
+    const TaskId id = add_task(rank, track, dur, one(b), k, release);
     info[id].comm = label;
     return id;
   };
@@ -1107,6 +1108,49 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     } else {
       if (it.host_prologue_tensors > 0)
         host_work(rank, Time::from_seconds(it.host_prologue_tensors * cfg.profile.host_opt_tensor.seconds()), "optimizer_prologue");
+      Run& open_run = runs[std::size_t(rank)];
+      if (merging && !seal_after_kernel && first_deps.empty() && open_run.open && last_on[rank][kCompute] == open_run.task + 1 &&
+          std::none_of(kernels.begin(), kernels.end(), [](const Kernel& k) { return k.kind == KernelKind::collective; })) {
+        // Every kernel joins the rank's open run: the steps of the loop below, in locals (most
+        // items are a kernel or two, and this is most of building a pipelined step's graph).
+        const Time hc = host_cost(it.phase);
+        const double slow = slowdown[rank];
+        double& phase_acc = phase_time[static_cast<int>(it.phase)];
+        double& rank_acc = (it.phase == Phase::optimizer ? rank_optimizer : it.phase == Phase::recompute ? rank_recompute : rank_compute)[rank];
+        double pa = phase_acc, ra = rank_acc;  // summed kernel by kernel, in order, as below
+        Time host = host_clock[rank], busy = open_run.busy, floor = open_run.floor, first_busy, first_floor;
+        std::int64_t launches = 0;
+        for (std::size_t k = 0; k < kernels.size(); ++k) {
+          const Kernel& kernel = kernels[k];
+          const Time base = kernel.seconds >= 0 ? Time::from_seconds(kernel.seconds) : cm.time(kernel);
+          const Time dt = slow == 1.0 ? base : Time::from_seconds(base.seconds() * slow);
+          const double dts = dt.seconds();
+          for (std::int32_t l = 0; l < kernel.launches; ++l) {
+            host += hc;
+            pa += dts;
+            ra += dts;
+            const Time start_floor = max(floor, host);
+            if (k == 0 && l == 0) {
+              first_busy = busy;
+              first_floor = start_floor;
+            }
+            busy += dt;
+            floor = start_floor + dt;
+          }
+          launches += kernel.launches;
+        }
+        host_clock[rank] = host;
+        phase_acc = pa;
+        rank_acc = ra;
+        open_run.busy = busy;
+        open_run.floor = floor;
+        open_run.grown = true;
+        if (q_of(rank) == 0) res.kernels += std::uint64_t(launches);
+        const TaskId g = open_run.task;
+        for (const MemOp& mo : it.allocs) run_op(g, first_busy, first_floor, mo, true);
+        for (const MemOp& mo : it.frees) run_op(g, busy, floor, mo, false);
+        return {g, g};
+      }
       for (std::size_t k = 0; k < kernels.size(); ++k) {
         const Kernel& kernel = kernels[k];
         Time dt;
@@ -1134,7 +1178,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           TaskId g;
           Time op_busy, op_floor;  // where this kernel starts inside its run
           if (coll) {
-            g = sync_task(rank, kCompute, dt, std::vector<TaskId>(deps.begin(), deps.end()), &kernel, kernel.group, kernel.coll,
+            g = sync_task(rank, kCompute, dt, deps, &kernel, kernel.group, kernel.coll,
                           kernel.bytes, launched);
           } else if (merging && deps.empty() && run.open && last_on[rank][kCompute] == run.task + 1) {
             g = run.task;
@@ -1258,7 +1302,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           }
           launch_next = launch_folded(batch);
         }
-        const TaskId send = add_task(r, par.p2p_blocking ? kCompute : w.forward ? kSendFwd : kSendBwd, Time::from_seconds(t), {after}, nullptr);
+        const TaskId send = add_task(r, par.p2p_blocking ? kCompute : w.forward ? kSendFwd : kSendBwd, Time::from_seconds(t), one(after), nullptr);
         info[send].comm = std::uint8_t(int(CommGroup::pp) + 1);
         if (q_of(r) == 0) res.pp_comm_s += t;
         sends[{dest_rank, w.forward, dest_chunk, w.mb}] = send;
@@ -1388,7 +1432,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         for (const ParamRec& prm : ch.tape->params) bytes += prm.count * gdt;
         const double t = shard_time(CollectiveKind::reduce_scatter, bytes, s);
         dp_view = hybrid_groups ? 1 : 0;
-        const TaskId rs_task = sync_task(r, kDpComm, Time::from_seconds(t), {last}, nullptr, CommGroup::dp,
+        const TaskId rs_task = sync_task(r, kDpComm, Time::from_seconds(t), one(last), nullptr, CommGroup::dp,
                                          CollectiveKind::reduce_scatter, bytes);
         if (q_of(r) == 0) res.dp_comm_total_s += t;
         if (hybrid_groups) {
@@ -1396,7 +1440,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           // all-reduced across the replicas (the same shard position in every node).
           const double t2 = hybrid_collective_time(cfg, CollectiveKind::all_reduce, true, bytes / double(shard_group), s);
           dp_view = 2;
-          rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(t2), {rs_task}, nullptr, CommGroup::dp,
+          rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(t2), one(rs_task), nullptr, CommGroup::dp,
                                           CollectiveKind::all_reduce, bytes / double(shard_group)));
           if (q_of(r) == 0) res.dp_comm_total_s += t2;
         } else {
@@ -1443,7 +1487,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       const double bytes = double(cfg.model.vocab) * double(cfg.model.hidden) / double(par.tp) * gdt;
       const LinkChoice link = link_for(par.links, stages_cross_nodes(par, 0, par.pp - 1));
       const double t = collective_seconds(CollectiveKind::all_reduce, 2, bytes, std::max(link.bandwidth, 1.0), link.latency_s);
-      const TaskId e = add_task(r, kDpComm, Time::from_seconds(t), {rs.last_backward}, nullptr);
+      const TaskId e = add_task(r, kDpComm, Time::from_seconds(t), one(rs.last_backward), nullptr);
       info[e].comm = std::uint8_t(int(CommGroup::pp) + 1);
       rs.dp_tasks.push_back(e);
     }
@@ -1488,7 +1532,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       double n = 0;
       for (auto& ch : rs.chunks) n += ch.planner->trainable_params();
       const double t = collective_time(cfg, CollectiveKind::all_gather, CommGroup::dp, n * dtype_bytes(tr.precision.param), s);
-      sync_task(r, kDpComm, Time::from_seconds(t), {ex.task_count() > 0 ? TaskId(ex.task_count() - 1) : 0}, nullptr, CommGroup::dp,
+      sync_task(r, kDpComm, Time::from_seconds(t), one(ex.task_count() > 0 ? TaskId(ex.task_count() - 1) : 0), nullptr, CommGroup::dp,
                 CollectiveKind::all_gather, n * dtype_bytes(tr.precision.param));
       if (q_of(r) == 0) res.dp_comm_total_s += t;
     }
