@@ -248,12 +248,18 @@ class RunChanges {
     bytes_.push_back(bytes);
     category_.push_back(static_cast<std::uint8_t>(c));
   }
+  std::size_t size() const { return offset_.size(); }
   // f(category, signed bytes, offset, floor) for each of the task's changes (floor zero: none).
   template <class F>
   void for_each(TaskId task, F&& f) const {
     if (task >= first_.size()) return;
     const std::uint32_t begin = first_[task];
     const std::uint32_t end = task + 1 < first_.size() ? first_[task + 1] : static_cast<std::uint32_t>(offset_.size());
+    for_range(begin, end, f);
+  }
+  // The same for the changes listed [begin, end), whatever their tasks.
+  template <class F>
+  void for_range(std::uint32_t begin, std::uint32_t end, F&& f) const {
     auto late = std::lower_bound(late_.begin(), late_.end(), begin, [](const auto& l, std::uint32_t i) { return l.first < i; });
     for (std::uint32_t i = begin; i < end; ++i) {
       Time floor = Time::zero();
@@ -1221,6 +1227,40 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     return {first, last};
   };
 
+  // Every micro-batch's pass hands out the same plan items, and a run of kernels that opens at an
+  // item and keeps to itself (no collective, no gradient bucket, no FSDP gather) grows the same
+  // way each time: its tasks, durations, host clock and memory changes are a function of the items
+  // and the GPU's slowdown, shifted by the host clock where it opens. The first such stretch of
+  // items is emitted kernel by kernel and recorded; later ones are replayed from the record.
+  struct Segment {
+    ChunkPlanner::Pass pin;  // the items the record points into
+    std::size_t end = 0;     // the stretch is items [start, end)
+    Time first_dt, first_launch, host, busy, floor;  // floors and the host clock from the clock at the start
+    bool grown = false;
+    std::uint64_t launches = 0;
+    struct Sum {
+      Phase phase;
+      double dt;
+    };
+    std::vector<Sum> sums;  // each kernel's time, in order, for the phase and rank totals
+    struct Change {
+      Time offset, floor;  // floor: zero unless the change waits for the host
+      double bytes;
+      MemCategory category;
+    };
+    std::vector<Change> changes;
+    decltype(group) open_group;  // the run's last instant, still gathering (when open)
+  };
+  std::map<std::pair<const PlanItem*, double>, Segment> segments;  // by the stretch's first item and the GPU's slowdown
+  std::set<std::pair<const PlanItem*, double>> seen_once;          // stretches met once: recorded the second time
+  auto kernel_dt = [&](int rank, const Kernel& kernel) {
+    const Time base = kernel.seconds >= 0 ? Time::from_seconds(kernel.seconds) : cm.time(kernel);
+    return slowdown[rank] == 1.0 ? base : Time::from_seconds(base.seconds() * slowdown[rank]);
+  };
+  auto rank_total = [&](Phase p) -> std::vector<double>& {
+    return p == Phase::optimizer ? rank_optimizer : p == Phase::recompute ? rank_recompute : rank_compute;
+  };
+
   const double gdt = par.grad_reduce_bytes > 0 ? par.grad_reduce_bytes : dtype_bytes(tr.precision.grad);
   const Dtype gather_dtype = tr.precision.compute == Dtype::fp8 ? Dtype::bf16 : tr.precision.compute;
   std::map<std::tuple<int, bool, int, int>, TaskId> sends;  // (dest rank, forward?, chunk, mb) -> transfer
@@ -1348,7 +1388,94 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       double gathered_bytes = 0;
       std::vector<TaskId> pending_first;
       std::vector<TaskId> layer_ends;  // where each layer of this pass ends (FSDP's rate limiter)
-      for (const PlanItem& item : items) {
+      // An item that can be part of a recorded stretch: compute kernels only, nothing waiting on it.
+      auto keeps_to_run = [&](const PlanItem& x) {
+        const std::span<const Kernel> ks = x.kernels();
+        return !ks.empty() && x.own.empty() && x.host_prologue_tensors == 0 &&
+               !(x.phase == Phase::backward && !x.grads_done.empty() && par.dp > 1) &&
+               std::none_of(ks.begin(), ks.end(), [](const Kernel& k) { return k.kind == KernelKind::collective; });
+      };
+      const bool record_runs = merging && !gather_params;
+      for (std::size_t idx = 0; idx < items.size(); ++idx) {
+        const PlanItem& item = items[idx];
+        if (record_runs && !(runs[std::size_t(r)].open && last_on[r][kCompute] == runs[std::size_t(r)].task + 1) &&
+            keeps_to_run(item)) {
+          // A run opens here: replay its record, or emit it and record it.
+          const std::pair<const PlanItem*, double> key{&item, slowdown[r]};
+          flush_group();  // the last run's changes first (its instant cannot gather this run's)
+          const Time host0 = host_clock[r];
+          auto seg = segments.find(key);
+          TaskId g;
+          if (seg == segments.end() && seen_once.insert(key).second) {
+            // The first time, only emitted: most stretches of a short step are never met again.
+            g = emit(r, item, {}).first;
+            std::size_t j = idx + 1;
+            for (; j < items.size() && keeps_to_run(items[j]); ++j) emit(r, items[j], {});
+            idx = j - 1;
+          } else if (seg != segments.end()) {
+            const Segment& rec = seg->second;
+            const Time launched = host0 + rec.first_launch;
+            g = add_task_span(r, kCompute, rec.first_dt, {}, &item.kernels()[0], launched);
+            runs[std::size_t(r)] = {g, rec.busy, rec.floor + host0, true, rec.grown};
+            host_clock[r] = host0 + rec.host;
+            for (const Segment::Sum& x : rec.sums) {
+              phase_time[static_cast<int>(x.phase)] += x.dt;
+              rank_total(x.phase)[r] += x.dt;
+            }
+            if (q_of(r) == 0) res.kernels += rec.launches;
+            const Time release = ex.release(g);
+            for (const Segment::Change& c : rec.changes)
+              run_ops.push(g, release, c.offset, c.floor > Time::zero() ? c.floor + host0 : Time::zero(), c.bytes, c.category);
+            if (rec.open_group.open) {
+              group = rec.open_group;
+              group.task = g;
+              group.floor = group.floor + host0;
+            }
+            idx = rec.end - 1;
+          } else {
+            Segment rec;
+            rec.pin = pass_items;
+            const std::size_t c0 = run_ops.size();
+            std::size_t j = idx;
+            g = emit(r, item, {}).first;
+            for (++j; j < items.size() && keeps_to_run(items[j]); ++j) emit(r, items[j], {});
+            const Run& run = runs[std::size_t(r)];
+            SCALEOUT_CHECK(run.open && run.task == g && last_on[r][kCompute] == g + 1, "a recorded run did not keep to itself");
+            rec.end = j;
+            rec.first_dt = kernel_dt(r, item.kernels()[0]);
+            rec.first_launch = host_cost(item.phase);
+            rec.host = host_clock[r] - host0;
+            rec.busy = run.busy;
+            rec.floor = run.floor - host0;
+            rec.grown = run.grown;
+            std::size_t n = 0;
+            for (std::size_t i = idx; i < j; ++i)
+              for (const Kernel& k : items[i].kernels()) n += std::size_t(k.launches);
+            rec.sums.reserve(n);
+            rec.changes.reserve(run_ops.size() - c0);
+            for (std::size_t i = idx; i < j; ++i)
+              for (const Kernel& k : items[i].kernels()) {
+                const double dts = kernel_dt(r, k).seconds();
+                for (std::int32_t l = 0; l < k.launches; ++l) rec.sums.push_back({items[i].phase, dts});
+                rec.launches += std::uint64_t(k.launches);
+              }
+            run_ops.for_range(std::uint32_t(c0), std::uint32_t(run_ops.size()), [&](MemCategory c, double bytes, Time offset, Time floor) {
+              rec.changes.push_back({offset, floor > Time::zero() ? floor - host0 : Time::zero(), bytes, c});
+            });
+            if (group.open && group.task == g) {
+              rec.open_group = group;
+              rec.open_group.floor = group.floor - host0;
+            }
+            idx = j - 1;
+            segments.emplace(key, std::move(rec));
+          }
+          if (!started) {
+            first = g;
+            started = true;
+          }
+          last = g;
+          continue;
+        }
         // ZeRO-3 / FSDP: gather a layer's parameters before its first op, release them after.
         std::vector<TaskId> first_deps;
         const bool compute_phase = item.phase != Phase::optimizer;

@@ -361,7 +361,8 @@ TEST_CASE("windows that have not settled fall back to the exact step; peer waits
 }
 
 TEST_CASE("kernel runs folded into one task give exactly the per-kernel simulation", "[parallel][runs]") {
-  // A trace keeps every kernel a task of its own; without one, runs of kernels become one task.
+  // A trace keeps every kernel a task of its own; without one, runs of kernels become one task,
+  // and a run met again (the same plan items on a GPU as fast) is replayed from its record.
   // Step time, peak memory and its breakdown, and the idle-time attribution must not move.
   auto base = [] {
     return Json{{"model", "llama-3-8b"},
