@@ -1253,6 +1253,44 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   };
   std::map<std::pair<const PlanItem*, double>, Segment> segments;  // by the stretch's first item and the GPU's slowdown
   std::set<std::pair<const PlanItem*, double>> seen_once;          // stretches met once: recorded the second time
+  // A pass's items with each collective kernel made an item of its own (the allocations go with
+  // the first part, the frees and finished gradients with the last): the same tasks, in the same
+  // order, but the compute kernels after a collective then open a run at an item, where it can be
+  // recorded. Kept for the round, by the pass.
+  std::map<const std::vector<PlanItem>*, std::pair<ChunkPlanner::Pass, std::vector<PlanItem>>> split_passes;
+  auto split_of = [&](const ChunkPlanner::Pass& pass) -> const std::vector<PlanItem>& {
+    auto [pos, fresh] = split_passes.try_emplace(pass.get());
+    if (!fresh) return pos->second.second;
+    pos->second.first = pass;
+    std::vector<PlanItem>& out = pos->second.second;
+    out.reserve(pass->size());
+    for (const PlanItem& it : *pass) {
+      const std::span<const Kernel> ks = it.kernels();
+      const auto coll = [](const Kernel& k) { return k.kind == KernelKind::collective; };
+      if (!it.from_tape || ks.size() < 2 || std::none_of(ks.begin(), ks.end(), coll)) {
+        out.push_back(it);
+        continue;
+      }
+      const std::size_t first_part = out.size();
+      for (std::size_t b = 0; b < ks.size();) {
+        std::size_t e = b + 1;
+        if (!coll(ks[b]))
+          while (e < ks.size() && !coll(ks[e])) ++e;
+        PlanItem part;
+        part.phase = it.phase;
+        part.from_tape = true;
+        part.tape_kernels = ks.subspan(b, e - b);
+        part.layer = it.layer;
+        out.push_back(std::move(part));
+        b = e;
+      }
+      out[first_part].allocs = it.allocs;
+      out[first_part].host_prologue_tensors = it.host_prologue_tensors;
+      out.back().frees = it.frees;
+      out.back().grads_done = it.grads_done;
+    }
+    return out;
+  };
   auto kernel_dt = [&](int rank, const Kernel& kernel) {
     const Time base = kernel.seconds >= 0 ? Time::from_seconds(kernel.seconds) : cm.time(kernel);
     return slowdown[rank] == 1.0 ? base : Time::from_seconds(base.seconds() * slowdown[rank]);
@@ -1373,7 +1411,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         pass_items = ch.planner->backward_pass(w.mb, ++bwd_done[w.chunk] == int(m),
                                                zero_bubble ? &weight_passes[{w.chunk, w.mb}] : nullptr);
       }
-      const std::vector<PlanItem>& items = *pass_items;
+      const bool record_runs = merging && !gather_params;
+      const std::vector<PlanItem>& items = record_runs ? split_of(pass_items) : *pass_items;
       if (w.forward && w.chunk == 0) {
         // Faults on this GPU's host: a slow data loader (first stage) or a one-time stall.
         if (loader_delay[r] > 0 && vs == 0) host_work(r, Time::from_seconds(loader_delay[r]), "data_loader");
@@ -1395,7 +1434,6 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
                !(x.phase == Phase::backward && !x.grads_done.empty() && par.dp > 1) &&
                std::none_of(ks.begin(), ks.end(), [](const Kernel& k) { return k.kind == KernelKind::collective; });
       };
-      const bool record_runs = merging && !gather_params;
       for (std::size_t idx = 0; idx < items.size(); ++idx) {
         const PlanItem& item = items[idx];
         if (record_runs && !(runs[std::size_t(r)].open && last_on[r][kCompute] == runs[std::size_t(r)].task + 1) &&
