@@ -232,8 +232,23 @@ class TaskLists {
 // max(run start + offset, floor), and the floor only matters where the host fell behind inside the
 // run (floor > the run's release + offset; the start is never before the release): other changes
 // keep no floor. Columns of offset, bytes and category: 17 bytes a change, not 40.
+// A run replayed from a record (see Segment) lists the record's changes by reference, with the
+// shift of its floors: changes listed after them (its last instant, gathered after the replay)
+// go to the columns as usual.
+struct RunChange {
+  Time offset, floor;  // floor: zero unless the change waits for the host
+  double bytes;
+  MemCategory category;
+};
 class RunChanges {
  public:
+  void refer(TaskId task, std::span<const RunChange> changes, Time shift) {
+    SCALEOUT_CHECK(first_.empty() || task + 1 >= first_.size(), "run changes listed out of task order");
+    if (task >= first_.size()) first_.resize(std::size_t(task) + 1, static_cast<std::uint32_t>(offset_.size()));
+    if (ref_of_.size() <= task) ref_of_.resize(std::size_t(task) + 1, 0);
+    refs_.push_back({changes, shift});
+    ref_of_[task] = static_cast<std::uint32_t>(refs_.size());
+  }
   void reserve(std::size_t changes) {
     offset_.reserve(changes);
     bytes_.reserve(changes);
@@ -253,6 +268,10 @@ class RunChanges {
   template <class F>
   void for_each(TaskId task, F&& f) const {
     if (task >= first_.size()) return;
+    if (task < ref_of_.size() && ref_of_[task] != 0) {
+      const Ref& ref = refs_[ref_of_[task] - 1];
+      for (const RunChange& c : ref.changes) f(c.category, c.bytes, c.offset, c.floor > Time::zero() ? c.floor + ref.shift : Time::zero());
+    }
     const std::uint32_t begin = first_[task];
     const std::uint32_t end = task + 1 < first_.size() ? first_[task + 1] : static_cast<std::uint32_t>(offset_.size());
     for_range(begin, end, f);
@@ -274,6 +293,12 @@ class RunChanges {
   std::vector<double> bytes_;
   std::vector<std::uint8_t> category_;
   std::vector<std::pair<std::uint32_t, Time>> late_;  // (change, floor), in change order
+  struct Ref {
+    std::span<const RunChange> changes;
+    Time shift;
+  };
+  std::vector<Ref> refs_;
+  std::vector<std::uint32_t> ref_of_;  // by task: 1 + its entry in refs_, 0: none
 };
 
 // GPUs that provably behave alike. On the analytic network a GPU's timeline is fixed by its
@@ -1243,12 +1268,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       double dt;
     };
     std::vector<Sum> sums;  // each kernel's time, in order, for the phase and rank totals
-    struct Change {
-      Time offset, floor;  // floor: zero unless the change waits for the host
-      double bytes;
-      MemCategory category;
-    };
-    std::vector<Change> changes;
+    std::vector<RunChange> changes;
     decltype(group) open_group;  // the run's last instant, still gathering (when open)
   };
   std::map<std::pair<const PlanItem*, double>, Segment> segments;  // by the stretch's first item and the GPU's slowdown
@@ -1461,9 +1481,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
               rank_total(x.phase)[r] += x.dt;
             }
             if (q_of(r) == 0) res.kernels += rec.launches;
-            const Time release = ex.release(g);
-            for (const Segment::Change& c : rec.changes)
-              run_ops.push(g, release, c.offset, c.floor > Time::zero() ? c.floor + host0 : Time::zero(), c.bytes, c.category);
+            run_ops.refer(g, rec.changes, host0);
             if (rec.open_group.open) {
               group = rec.open_group;
               group.task = g;
