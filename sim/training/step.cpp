@@ -191,8 +191,9 @@ class TaskLists {
  public:
   void push(TaskId task, const T& value) {
     if (task >= head_.size()) {
-      // Empty lists past the task cost nothing: grow to the reserved room at once, not a task at a time.
-      const std::size_t n = std::max(std::size_t(task) + 1, head_.capacity());
+      // Empty lists past the task cost nothing: grow by half again, not a task at a time (nor to
+      // the reserved room, an estimate by kernels that runs of kernels leave mostly untouched).
+      const std::size_t n = std::max(std::size_t(task) + 1, head_.size() + head_.size() / 2 + 64);
       head_.resize(n, kNone);
       tail_.resize(n, kNone);
     }
