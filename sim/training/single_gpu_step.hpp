@@ -55,6 +55,9 @@ struct StepConfig {
   // event (exact: it is carried back onto the network where it had got to as soon as another
   // flow comes onto its links). Off runs every flow on the network: the same figures, slower.
   bool collectives_apart = true;
+  // Off: the step's time only, no memory accounting (what the single-GPU baseline needs; every
+  // memory figure of the result is then zero). Memory never moves a task, so the times are the same.
+  bool track_memory = true;
   // What the process holds beyond its tensors: the CUDA context, cuBLAS/cuDNN workspaces (outside
   // torch's allocator), and the caching allocator's fragmentation, as a fraction of the peak.
   double context_reserve_bytes = 0.5 * kGiB;

@@ -190,6 +190,7 @@ template <class T>
 class TaskLists {
  public:
   void push(TaskId task, const T& value) {
+    if (off_) return;
     if (task >= head_.size()) {
       // Empty lists past the task cost nothing: grow by half again, not a task at a time (nor to
       // the reserved room, an estimate by kernels that runs of kernels leave mostly untouched).
@@ -206,7 +207,9 @@ class TaskLists {
   void push(TaskId task, std::span<const T> values) {
     for (const T& v : values) push(task, v);
   }
+  void turn_off() { off_ = true; }  // pushes are dropped (a step without memory accounting)
   void reserve(std::size_t tasks, std::size_t values) {
+    if (off_) return;
     head_.reserve(tasks);
     tail_.reserve(tasks);
     nodes_.reserve(values);
@@ -225,6 +228,7 @@ class TaskLists {
   };
   std::vector<Node> nodes_;
   std::vector<std::uint32_t> head_, tail_;
+  bool off_ = false;
 };
 
 // The memory changes inside runs of kernels, by task. A run's changes are listed while it is its
@@ -778,6 +782,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     group.allocated = false;
   };
   auto run_op = [&](TaskId g, Time busy, Time floor, const MemOp& mo, bool alloc) {
+    if (!cfg.track_memory) return;
     if (!group.open || group.task != g || group.busy != busy || group.floor != floor || (!alloc && group.allocated)) {
       flush_group();
       group.open = true;
@@ -1096,6 +1101,10 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
 
   // Memory effects hang on tasks: allocations when a task starts, frees when it ends.
   TaskLists<MemOp> opens, closes;
+  if (!cfg.track_memory) {
+    opens.turn_off();
+    closes.turn_off();
+  }
   {
     // Room for the tasks up front (a compute task per kernel of every pass, plus transfers):
     // growing these arrays task by task copied them over and over.
@@ -1109,7 +1118,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     deps_of.reserve(tasks, tasks + tasks / 2);
     opens.reserve(tasks, tasks / 2);
     closes.reserve(tasks, tasks / 2);
-    if (!cfg.keep_trace) run_ops.reserve(tasks);
+    if (!cfg.keep_trace && cfg.track_memory) run_ops.reserve(tasks);
   }
   std::deque<PlanItem> keep_items;  // the kernels that tasks point to (a deque never moves them)
   auto host_cost = [&](Phase p) {
@@ -1280,15 +1289,20 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // recorded. Kept for the round, by the pass.
   std::map<const std::vector<PlanItem>*, std::pair<ChunkPlanner::Pass, std::vector<PlanItem>>> split_passes;
   auto split_of = [&](const ChunkPlanner::Pass& pass) -> const std::vector<PlanItem>& {
+    const auto coll = [](const Kernel& k) { return k.kind == KernelKind::collective; };
+    const auto splits = [&](const PlanItem& it) {
+      const std::span<const Kernel> ks = it.kernels();
+      return it.from_tape && ks.size() > 1 && std::any_of(ks.begin(), ks.end(), coll);
+    };
     auto [pos, fresh] = split_passes.try_emplace(pass.get());
-    if (!fresh) return pos->second.second;
+    if (!fresh) return pos->second.second.empty() ? *pass : pos->second.second;
     pos->second.first = pass;
+    if (std::none_of(pass->begin(), pass->end(), splits)) return *pass;  // nothing to split: no copy
     std::vector<PlanItem>& out = pos->second.second;
     out.reserve(pass->size());
     for (const PlanItem& it : *pass) {
       const std::span<const Kernel> ks = it.kernels();
-      const auto coll = [](const Kernel& k) { return k.kind == KernelKind::collective; };
-      if (!it.from_tape || ks.size() < 2 || std::none_of(ks.begin(), ks.end(), coll)) {
+      if (!splits(it)) {
         out.push_back(it);
         continue;
       }

@@ -579,3 +579,36 @@ TEST_CASE("a long accumulation is extended only where no host or stream is still
     CHECK(fast.host_stall_s == Approx(exact.host_stall_s).epsilon(1e-6).margin(1e-9));
   }
 }
+
+TEST_CASE("a step without memory accounting takes exactly the same time", "[parallel][runs]") {
+  // The single-GPU baseline only needs the step's time: memory never moves a task, so turning the
+  // accounting off must leave every timing figure as it was (and the memory ones at zero).
+  Json j = {{"model", "llama-3-8b"},
+            {"cluster", {{"gpu", "h100-sxm"}, {"nodes", 1}, {"gpus_per_node", 8}}},
+            {"training", {{"seq_len", 2048}, {"micro_batch", 1}, {"global_batch", 32}, {"precision", "bf16-mixed"},
+                          {"recompute", "full"}, {"attention", "flash"}}},
+            {"parallelism", {{"dp", 2}, {"tp", 2}, {"pp", 2}, {"zero", 1}}},
+            {"faults", {{"stragglers", {{{"gpu", 3}, {"slowdown", 1.3}}}}}}};
+  for (const bool one_gpu : {false, true}) {
+    INFO((one_gpu ? "one GPU" : "TP 2 x PP 2 x DP 2 with a straggler"));
+    Json k = j;
+    if (one_gpu) {
+      k["cluster"]["gpus_per_node"] = 1;
+      k["parallelism"] = {{"dp", 1}};
+      k.erase("faults");
+    }
+    StepConfig cfg = step_config(parse_scenario(k, "test.json"));
+    const StepResult with = simulate_step(cfg);
+    cfg.track_memory = false;
+    const StepResult without = simulate_step(cfg);
+    CHECK(without.step_time_s == with.step_time_s);
+    CHECK(without.compute_s == with.compute_s);
+    CHECK(without.pipeline_bubble_s == with.pipeline_bubble_s);
+    CHECK(without.peer_wait_s == with.peer_wait_s);
+    CHECK(without.host_stall_s == with.host_stall_s);
+    CHECK(without.kernels == with.kernels);
+    CHECK(without.events == with.events);
+    CHECK(with.peak_bytes > 0);
+    CHECK(without.peak_bytes == 0);
+  }
+}
