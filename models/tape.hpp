@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hardware/kernel.hpp"
+#include "sim/engine/small_vec.hpp"
 
 namespace scaleout {
 
@@ -34,7 +35,7 @@ struct ParamRec {
 struct OpRec {
   int layer = -1;          // -1: embedding / head
   int region = -1;         // checkpointed region (recompute), -1: none
-  std::vector<int> inputs, outputs, saved;
+  SmallVec<int, 4> inputs, outputs, saved;
   std::vector<Kernel> fwd, bwd;
   // bwd[weight_from..] compute the parameter's gradient only (a linear layer's wgrad and bgrad):
   // what a zero-bubble schedule defers to a separate W pass; -1: none.

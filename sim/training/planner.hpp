@@ -12,7 +12,7 @@
 
 #include "models/tape.hpp"
 #include "models/training.hpp"
-#include "sim/training/small_vec.hpp"
+#include "sim/engine/small_vec.hpp"
 
 namespace scaleout {
 
