@@ -924,6 +924,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     std::vector<TaskId> waiting;
     std::size_t expected = 0;
     std::shared_ptr<const CollectiveBatch> batch;
+    FlowNetwork* net = nullptr;
+    StreamExecutor* ex = nullptr;
   };
   struct Barrier {
     TaskId task = 0;
@@ -942,6 +944,10 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     StreamId stream = 0;
     std::vector<std::uint32_t> by_occurrence;  // indices into barrier_list
     std::map<std::pair<int, double>, std::shared_ptr<const CollectiveBatch>> batches;  // (kind, bytes)
+    // On the flow network: how many arrivals start one of its collectives, and (by classes) the
+    // representatives of its members, sorted: the group's, worked out at its first collective.
+    std::size_t expected = 0;
+    std::vector<int> reps;
   };
   std::map<std::pair<int, std::int64_t>, GroupBarriers> group_barriers;  // (slot, group)
   std::vector<std::array<GroupBarriers*, 7>> rank_groups(nranks, std::array<GroupBarriers*, 7>{});
@@ -1001,17 +1007,21 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     else arrival_pool[bar.last].next = arrival;
     bar.last = arrival;
     if (net) {
-      if (!bar.flow) bar.flow = &barrier_flows.emplace_back();
+      if (!bar.flow) bar.flow = &barrier_flows.emplace_back(BarrierFlow{{}, 0, nullptr, net.get(), &ex});
       BarrierFlow& fl = *bar.flow;
       if (fl.expected == 0) {
         const Coords c = coords_of(rank);
-        std::vector<int> key;
-        if (by_class) {
-          key = reps_in(g, c);
-          fl.expected = std::size_t(std::set<int>(key.begin(), key.end()).size());
-        } else {
-          fl.expected = std::size_t(group_size(g));
+        if (gb->expected == 0) {
+          if (by_class) {
+            gb->reps = reps_in(g, c);
+            for (std::size_t i = 0; i < gb->reps.size(); ++i) gb->expected += i == 0 || gb->reps[i] != gb->reps[i - 1];
+          } else {
+            gb->expected = std::size_t(group_size(g));
+          }
         }
+        fl.expected = gb->expected;
+        fl.waiting.reserve(fl.expected);
+        const std::vector<int>& key = gb->reps;
         auto& batch = gb->batches[{int(kind), bytes}];
         if (!batch) {
           std::vector<CollectiveSpec> specs{spec_of(kind, members_of(g, c), bytes)};
@@ -1038,11 +1048,12 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         }
         fl.batch = batch;
       }
-      launch_next = [&, w = &fl](TaskId id) {
+      // One pointer captured: the launcher is stored in place, not on the heap.
+      launch_next = [w = &fl](TaskId id) {
         w->waiting.push_back(id);
         if (w->waiting.size() == w->expected)
-          run_collectives(*net, w->batch, [&ex, w] {
-            for (TaskId t : w->waiting) ex.finish(t);
+          run_collectives(*w->net, w->batch, [w] {
+            for (TaskId t : w->waiting) w->ex->finish(t);
           });
       };
     }
