@@ -284,6 +284,7 @@ class RunChanges {
   // The same for the changes listed [begin, end), whatever their tasks.
   template <class F>
   void for_range(std::uint32_t begin, std::uint32_t end, F&& f) const {
+    if (begin >= end) return;  // most tasks: none listed (a replayed run refers to its record's)
     auto late = std::lower_bound(late_.begin(), late_.end(), begin, [](const auto& l, std::uint32_t i) { return l.first < i; });
     for (std::uint32_t i = begin; i < end; ++i) {
       Time floor = Time::zero();
