@@ -1063,6 +1063,30 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     return id;
   };
 
+  // On the analytic network a collective whose whole group this simulated rank stands for (every
+  // group, folded; by classes, a group all of one class) waits for nothing but its own rank: it is
+  // a kernel of known length on the compute stream, and a run of kernels can take it in like any
+  // other (a barrier of one, and a task of its own, were two tasks a collective for nothing).
+  std::vector<std::array<std::int8_t, 7>> alone_in(nranks, std::array<std::int8_t, 7>{-1, -1, -1, -1, -1, -1, -1});
+  auto joins_run = [&](int rank, CommGroup g) {
+    if (net || !merging) return false;
+    std::int8_t& a = alone_in[std::size_t(rank)][std::size_t(slot_of(g))];
+    if (a < 0) {
+      if (group_size(g) <= 1 || plain_fold) a = 1;
+      else if (!by_class) a = 0;
+      else {
+        const std::vector<int> reps = reps_in(g, coords_of(rank));
+        a = std::all_of(reps.begin(), reps.end(), [rank](int x) { return x == rank; }) ? 1 : 0;
+      }
+    }
+    return a == 1;
+  };
+  // Its length (the rank's total it adds to: comm_total, below).
+  auto collective_dt = [&](int rank, const Kernel& kernel) {
+    return Time::from_seconds(kernel.seconds >= 0 ? kernel.seconds
+                                                  : collective_time(cfg, kernel.coll, kernel.group, kernel.bytes, stage_of(rank)));
+  };
+
   // Build each stage's chunks.
   for (int rr = 0; rr < nranks; ++rr) {
     const std::int64_t s = stage_of(rr);
@@ -1144,6 +1168,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   double phase_time[4] = {0, 0, 0, 0};
   std::vector<double> rank_compute(nranks, 0), rank_optimizer(nranks, 0), rank_recompute(nranks, 0);
   std::vector<double> rank_tp(nranks, 0), rank_cp(nranks, 0), rank_ep(nranks, 0);
+  auto comm_total = [&](CommGroup g) -> std::vector<double>& {
+    return g == CommGroup::tp ? rank_tp : g == CommGroup::cp ? rank_cp : rank_ep;
+  };
 
   // Emits a plan item's kernels on a rank; returns its first and last compute tasks.
   auto emit = [&](int rank, const PlanItem& item, std::span<const TaskId> first_deps) -> std::pair<TaskId, TaskId> {
@@ -1209,12 +1236,11 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         Time dt;
         const bool coll = kernel.kind == KernelKind::collective;
         SCALEOUT_CHECK(kernel.launches >= 1 && (!coll || kernel.launches == 1), "a kernel launched repeatedly must be a compute kernel");
+        const bool synced = coll && !joins_run(rank, kernel.group);  // a collective that waits for its group
         if (coll) {
           // The tape's kernels carry it (worked out for the stage the tape belongs to).
-          dt = Time::from_seconds(kernel.seconds >= 0 ? kernel.seconds
-                                                      : collective_time(cfg, kernel.coll, kernel.group, kernel.bytes, stage_of(rank)));
-          double* acc = kernel.group == CommGroup::tp ? &rank_tp[rank] : kernel.group == CommGroup::cp ? &rank_cp[rank] : &rank_ep[rank];
-          *acc += dt.seconds();
+          dt = collective_dt(rank, kernel);
+          comm_total(kernel.group)[rank] += dt.seconds();
         } else {
           const Time base = kernel.seconds >= 0 ? Time::from_seconds(kernel.seconds) : cm.time(kernel);
           dt = slowdown[rank] == 1.0 ? base : Time::from_seconds(base.seconds() * slowdown[rank]);
@@ -1230,7 +1256,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           Run& run = runs[std::size_t(rank)];
           TaskId g;
           Time op_busy, op_floor;  // where this kernel starts inside its run
-          if (coll) {
+          if (synced) {
             g = sync_task(rank, kCompute, dt, deps, &kernel, kernel.group, kernel.coll,
                           kernel.bytes, launched);
           } else if (merging && deps.empty() && run.open && last_on[rank][kCompute] == run.task + 1) {
@@ -1245,7 +1271,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             if (merging) run = {g, dt, launched + dt, true, false};
             op_floor = launched;
           }
-          const bool in_run = merging && !coll;
+          const bool in_run = merging && !synced;
           if (first_launch && !it.allocs.empty()) {
             if (in_run)
               for (const MemOp& mo : it.allocs) run_op(g, op_busy, op_floor, mo, true);
@@ -1288,13 +1314,23 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     struct Sum {
       Phase phase;
       double dt;
+      std::int8_t comm = -1;  // a collective's group (its rank total); -1: a compute kernel
     };
-    std::vector<Sum> sums;  // each kernel's time, in order, for the phase and rank totals
+    std::vector<Sum> sums;  // each kernel's time, in order, for the phase, rank and comm totals
     std::vector<RunChange> changes;
     decltype(group) open_group;  // the run's last instant, still gathering (when open)
   };
-  std::map<std::pair<const PlanItem*, double>, Segment> segments;  // by the stretch's first item and the GPU's slowdown
-  std::set<std::pair<const PlanItem*, double>> seen_once;          // stretches met once: recorded the second time
+  // By the stretch's first item, the GPU's slowdown and which of its groups' collectives join its
+  // runs (a rank of the same stage whose group waits for other ranks syncs where this one did not).
+  using SegmentKey = std::tuple<const PlanItem*, double, unsigned>;
+  std::map<SegmentKey, Segment> segments;
+  std::set<SegmentKey> seen_once;  // stretches met once: recorded the second time
+  auto joining_groups = [&](int rank) {
+    unsigned mask = 0;
+    for (CommGroup g : {CommGroup::tp, CommGroup::cp, CommGroup::ep, CommGroup::dp, CommGroup::pp})
+      if (joins_run(rank, g)) mask |= 1u << unsigned(slot_of(g));
+    return mask;
+  };
   // A pass's items with each collective kernel made an item of its own (the allocations go with
   // the first part, the frees and finished gradients with the last): the same tasks, in the same
   // order, but the compute kernels after a collective then open a run at an item, where it can be
@@ -1339,6 +1375,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     return out;
   };
   auto kernel_dt = [&](int rank, const Kernel& kernel) {
+    if (kernel.kind == KernelKind::collective) return collective_dt(rank, kernel);
     const Time base = kernel.seconds >= 0 ? Time::from_seconds(kernel.seconds) : cm.time(kernel);
     return slowdown[rank] == 1.0 ? base : Time::from_seconds(base.seconds() * slowdown[rank]);
   };
@@ -1474,19 +1511,20 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       double gathered_bytes = 0;
       std::vector<TaskId> pending_first;
       std::vector<TaskId> layer_ends;  // where each layer of this pass ends (FSDP's rate limiter)
-      // An item that can be part of a recorded stretch: compute kernels only, nothing waiting on it.
+      // An item that can be part of a recorded stretch: compute kernels, and collectives that join
+      // runs, only; nothing waiting on it.
       auto keeps_to_run = [&](const PlanItem& x) {
         const std::span<const Kernel> ks = x.kernels();
         return !ks.empty() && x.own.empty() && x.host_prologue_tensors == 0 &&
                !(x.phase == Phase::backward && !x.grads_done.empty() && par.dp > 1) &&
-               std::none_of(ks.begin(), ks.end(), [](const Kernel& k) { return k.kind == KernelKind::collective; });
+               std::all_of(ks.begin(), ks.end(), [&](const Kernel& k) { return k.kind != KernelKind::collective || joins_run(r, k.group); });
       };
       for (std::size_t idx = 0; idx < items.size(); ++idx) {
         const PlanItem& item = items[idx];
         if (record_runs && !(runs[std::size_t(r)].open && last_on[r][kCompute] == runs[std::size_t(r)].task + 1) &&
             keeps_to_run(item)) {
           // A run opens here: replay its record, or emit it and record it.
-          const std::pair<const PlanItem*, double> key{&item, slowdown[r]};
+          const SegmentKey key{&item, slowdown[r], joining_groups(r)};
           flush_group();  // the last run's changes first (its instant cannot gather this run's)
           const Time host0 = host_clock[r];
           auto seg = segments.find(key);
@@ -1504,6 +1542,10 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             runs[std::size_t(r)] = {g, rec.busy, rec.floor + host0, true, rec.grown};
             host_clock[r] = host0 + rec.host;
             for (const Segment::Sum& x : rec.sums) {
+              if (x.comm >= 0) {
+                comm_total(static_cast<CommGroup>(x.comm))[r] += x.dt;
+                continue;
+              }
               phase_time[static_cast<int>(x.phase)] += x.dt;
               rank_total(x.phase)[r] += x.dt;
             }
@@ -1539,7 +1581,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             for (std::size_t i = idx; i < j; ++i)
               for (const Kernel& k : items[i].kernels()) {
                 const double dts = kernel_dt(r, k).seconds();
-                for (std::int32_t l = 0; l < k.launches; ++l) rec.sums.push_back({items[i].phase, dts});
+                const std::int8_t comm = k.kind == KernelKind::collective ? std::int8_t(k.group) : std::int8_t(-1);
+                for (std::int32_t l = 0; l < k.launches; ++l) rec.sums.push_back({items[i].phase, dts, comm});
                 rec.launches += std::uint64_t(k.launches);
               }
             run_ops.for_range(std::uint32_t(c0), std::uint32_t(run_ops.size()), [&](MemCategory c, double bytes, Time offset, Time floor) {

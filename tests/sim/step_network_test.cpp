@@ -401,12 +401,30 @@ TEST_CASE("kernel runs folded into one task give exactly the per-kernel simulati
   one["training"]["optimizer_impl"] = "foreach";
   one["parallelism"] = {{"dp", 1}};
   plans.push_back({"one-gpu", one});
+  // On the analytic network a folded rank's TP, CP and EP collectives wait for no other rank: they
+  // join its runs like kernels (a pass becomes a task or two, replayed). By classes, a group all of
+  // the rank's own class joins, one that spans the straggler's classes keeps its barrier, and the
+  // two kinds of rank of one stage must not share a record.
+  Json tpcp = base();
+  tpcp["parallelism"] = {{"dp", 2}, {"tp", 4}, {"cp", 2}, {"sequence_parallel", true}};
+  plans.push_back({"tp-cp", tpcp});
+  Json moe = base();
+  moe["model"] = {{"base", "mixtral-8x7b"}, {"layers", 8}};
+  moe["training"]["global_batch"] = 64;
+  moe["parallelism"] = {{"dp", 8}, {"pp", 2}, {"ep", 4}, {"pp_schedule", "interleaved"}, {"virtual_stages", 2}};
+  moe["faults"] = {{"stragglers", {{{"gpu", 5}, {"slowdown", 1.2}}}}};
+  plans.push_back({"moe-ep-straggler", moe});
   for (const auto& [name, j] : plans) {
     INFO(name);
     const Scenario s = parse_scenario(j, "test.json");
     const StepResult runs = simulate_scenario(s, false);
     const StepResult kernels = simulate_scenario(s, true);
     CHECK(runs.events < kernels.events);
+    if (name == "tp-cp") CHECK(runs.events * 20 < kernels.events);
+    CHECK(runs.tp_comm_s == Approx(kernels.tp_comm_s).epsilon(1e-12));
+    CHECK(runs.cp_comm_s == Approx(kernels.cp_comm_s).epsilon(1e-12));
+    CHECK(runs.ep_comm_s == Approx(kernels.ep_comm_s).epsilon(1e-12));
+    CHECK(runs.max_peer_wait_s == Approx(kernels.max_peer_wait_s).epsilon(1e-12));
     CHECK(runs.kernels == kernels.kernels);
     CHECK(runs.step_time_s == Approx(kernels.step_time_s).epsilon(1e-12));
     CHECK(runs.peak_bytes == Approx(kernels.peak_bytes).epsilon(1e-12));
