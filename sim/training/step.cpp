@@ -2147,7 +2147,15 @@ Windows windows_of(const StepConfig& cfg) {
   // Without a pipeline every micro-batch between the first (which allocates) and the last (which
   // starts the gradient reduction, DDP's no_sync) is the same period, so 2, 3 and 4 micro-batches
   // differ by exactly one of them each. A one-time stall is not periodic.
-  if (cfg.parallel.pp == 1 && !stall && m > 6) return {2, 3, 4};
+  // On the flow network, though, data-parallel traffic in every micro-batch (ZeRO-2's
+  // reduce-scatters, ZeRO-3's and FSDP's gathers) contends with the next micro-batch's collectives,
+  // and how they overlap can drift after many micro-batches of an exact period (a random
+  // comparison: a ZeRO-3 plan grew by the same time per micro-batch from 2 to 9, then by 0.1-1 %
+  // more each, 0.5 % short over 48; a ZeRO-2 + EP plan 0.14 % short): such plans take the
+  // pipelines' windows below (past 16 micro-batches, the third 32 further).
+  const ParallelPlan& par = cfg.parallel;
+  const bool dp_every_micro_batch = par.dp > 1 && (par.zero >= 2 || par.fsdp != FsdpMode::none);
+  if (par.pp == 1 && !stall && m > 6 && !(cfg.topology && dp_every_micro_batch)) return {2, 3, 4};
   // With a pipeline: the first window past the warm-up (w), the second a period of the schedule
   // later (pp micro-batches: the interleaved schedule's period, a multiple of anything shorter),
   // the third about 2w further, so that a host clock or a straggler still settling after w shows
