@@ -110,7 +110,7 @@ struct StepResult {
   std::vector<double> stream_busy_s;
   std::uint64_t kernels = 0;
   std::uint64_t events = 0;
-  std::uint64_t fingerprint = 0;  // FNV-1a over every task's start and finish, in task order
+  std::uint64_t fingerprint = 0;  // FNV-style hash over every task's start and finish, in task order
   std::vector<TraceSpan> trace;
   std::vector<std::pair<Time, double>> memory_timeline;
 };
