@@ -108,6 +108,15 @@ void StreamExecutor::try_start(StreamId s) {
   for (auto& h : on_start_) h(id, sim_.now());
   if (launcher != 0) {
     launchers_[launcher - 1](id);
+  } else if (end == sim_.now()) {
+    // A task of no length (a barrier, a memory change) ends as it starts: at once, not through
+    // an event of its own. Iteratively, so that a chain of them does not nest calls.
+    finishing_now_.push_back(id);
+    if (draining_) return;
+    draining_ = true;
+    for (std::size_t i = 0; i < finishing_now_.size(); ++i) finish(finishing_now_[i]);
+    finishing_now_.clear();
+    draining_ = false;
   } else {
     sim_.schedule_at(end, [this, id] { finish(id); });
   }

@@ -105,6 +105,8 @@ class StreamExecutor {
   std::vector<Stream> streams_;
   std::vector<Launcher> launchers_;
   std::vector<Hook> on_start_, on_finish_;
+  std::vector<TaskId> finishing_now_;  // tasks of no length ending at this instant, in order
+  bool draining_ = false;
   std::size_t finished_ = 0;
   bool started_ = false;
 };

@@ -97,6 +97,33 @@ TEST_CASE("a task waits for its dependencies on other streams", "[sim]") {
   CHECK(ex.all_finished());
 }
 
+TEST_CASE("tasks of no length end as they start, without events, however long their chain", "[sim]") {
+  // Barriers and memory-only tasks last nothing: they finish at once (in order, without nesting
+  // calls), and what waits on them starts at the same instant as it would through an event each.
+  Simulator sim;
+  StreamExecutor ex(sim);
+  const StreamId a = ex.add_stream(), b = ex.add_stream();
+  const TaskId k1 = ex.add(a, Time::from_us(2));
+  TaskId prev = k1;
+  for (int i = 0; i < 100000; ++i) prev = ex.add(i % 2 ? a : b, Time::zero(), {prev});
+  const TaskId k2 = ex.add(b, Time::from_us(3), {prev});
+  std::vector<std::pair<TaskId, Time>> finished;
+  ex.on_finish([&](TaskId id, Time at) {
+    if (id == k1 || id == prev || id == k2) finished.push_back({id, at});
+  });
+  ex.start();
+  const std::uint64_t events = sim.run();
+  CHECK(ex.all_finished());
+  CHECK(ex.start_time(prev) == Time::from_us(2));
+  CHECK(ex.start_time(k2) == Time::from_us(2));
+  CHECK(ex.finish_time(k2) == Time::from_us(5));
+  CHECK(events == 2);  // the two kernels' ends
+  REQUIRE(finished.size() == 3);
+  CHECK(finished[0].first == k1);
+  CHECK(finished[1].first == prev);
+  CHECK(finished[2].first == k2);
+}
+
 TEST_CASE("a launched task completes when its launcher says so", "[sim]") {
   Simulator sim;
   StreamExecutor ex(sim);
