@@ -111,12 +111,13 @@ void StreamExecutor::try_start(StreamId s) {
   } else if (end == sim_.now()) {
     // A task of no length (a barrier, a memory change) ends as it starts: at once, not through
     // an event of its own. Iteratively, so that a chain of them does not nest calls.
+    // The list is not empty while it is being worked through: a task started by one of its
+    // finishes only joins it.
+    const bool draining = !finishing_now_.empty();
     finishing_now_.push_back(id);
-    if (draining_) return;
-    draining_ = true;
+    if (draining) return;
     for (std::size_t i = 0; i < finishing_now_.size(); ++i) finish(finishing_now_[i]);
     finishing_now_.clear();
-    draining_ = false;
   } else {
     sim_.schedule_at(end, [this, id] { finish(id); });
   }

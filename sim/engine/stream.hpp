@@ -106,7 +106,6 @@ class StreamExecutor {
   std::vector<Launcher> launchers_;
   std::vector<Hook> on_start_, on_finish_;
   std::vector<TaskId> finishing_now_;  // tasks of no length ending at this instant, in order
-  bool draining_ = false;
   std::size_t finished_ = 0;
   bool started_ = false;
 };
