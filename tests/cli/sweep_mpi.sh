@@ -5,7 +5,7 @@
 set -u
 bin=$1
 if ! command -v mpirun >/dev/null; then echo "SKIP: mpirun not found"; exit 0; fi
-if ! ldd "$bin" 2>/dev/null | grep -q libmpi; then echo "SKIP: $bin was built without MPI"; exit 0; fi
+if [ ! -x "$(dirname "$bin")/scaleout-mpi" ]; then echo "SKIP: no scaleout-mpi beside $bin (built without MPI)"; exit 0; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0

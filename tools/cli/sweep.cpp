@@ -202,12 +202,6 @@ SweepSummary run_local(Prepared& p, unsigned jobs, const std::function<void(cons
 constexpr int kTagRequest = 1;
 constexpr int kTagWork = 2;
 
-bool launched_by_mpirun() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
-    if (std::getenv(v)) return true;
-  return false;
-}
-
 // Polls with short naps rather than a blocking probe: Open MPI's blocking calls spin, and a rank
 // waiting for a message would take a core from the simulations of its node.
 MPI_Status wait_for_message(int source, int tag) {
@@ -406,6 +400,12 @@ std::string sweep_footer() {
 }
 
 }  // namespace
+
+bool launched_by_mpirun() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
 
 SweepSummary run_sweep(const SweepOptions& o, const std::function<void(const SweepProgress&)>& on_progress) {
 #ifdef SCALEOUT_HAVE_MPI

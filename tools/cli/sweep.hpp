@@ -40,4 +40,7 @@ SweepSummary run_sweep(const SweepOptions& o, const std::function<void(const Swe
 
 void register_sweep_command(CLI::App& app);
 
+// Whether mpirun (or another PMI launcher) started this process.
+bool launched_by_mpirun();
+
 }  // namespace scaleout
