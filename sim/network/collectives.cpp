@@ -1234,6 +1234,16 @@ std::shared_ptr<const CollectiveBatch> prepare_collectives(FlowNetwork& net, con
   return batch_of(std::move(plans));
 }
 
+AloneTiming batch_alone(FlowNetwork& net, const CollectiveBatch& b) {
+  if (b.links.empty()) return {};
+  if (!b.timed) time_alone(net, b);
+  const bool together = b.busy_until <= b.first_end &&
+                        std::all_of(b.ends.begin(), b.ends.end(), [&b](Time t) { return t == b.first_end; });
+  return {b.first_end, together};
+}
+
+std::span<const LinkId> batch_links(const CollectiveBatch& b) { return b.links; }
+
 double time_collective(const Topology& topo, const CollectiveSpec& spec, CollectiveChoice* choice) {
   Simulator sim;
   FlowNetwork net(sim, topo);

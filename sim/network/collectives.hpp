@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -94,6 +95,18 @@ void run_collective(FlowNetwork& net, const CollectiveSpec& spec, std::function<
 struct CollectiveBatch;
 std::shared_ptr<const CollectiveBatch> prepare_collectives(FlowNetwork& net, const std::vector<CollectiveSpec>& specs);
 void run_collectives(FlowNetwork& net, const std::shared_ptr<const CollectiveBatch>& batch, std::function<void()> done);
+
+// The batch run alone on an idle network from time zero (worked out once per batch): when its
+// first collective ends, and whether every collective of it ends then with no byte of it still on
+// a link. Such a batch, launched on links that nothing else ever uses, always takes exactly
+// `first_end` and leaves them free as it ends.
+struct AloneTiming {
+  Time first_end;
+  bool ends_together = false;
+};
+AloneTiming batch_alone(FlowNetwork& net, const CollectiveBatch& batch);
+// Every link the batch's flows cross, sorted, once each.
+std::span<const LinkId> batch_links(const CollectiveBatch& batch);
 
 // From now on, every collective of a batch launched on `net` that ends at another instant than the
 // batch's first is told to `skew` (its index in the batch, its end minus the first's). A step

@@ -5,12 +5,14 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <string_view>
+#include <unordered_map>
 
 #include "models/step_tape.hpp"
 #include "sim/engine/check.hpp"
@@ -154,7 +156,14 @@ struct TapeCache {
   std::map<const Tape*, std::shared_ptr<ChunkPlanner::Book>> books;
   std::vector<int> classes;  // the symmetry classes the step simulates (refined by the rounds that split)
   bool split = false;        // a round found classes that do not hold: simulate again with `classes`
+  // On the flow network, collectives join runs where their links are their own; a round that found
+  // other traffic on such links turns that off for the step's later rounds.
+  bool flow_joins_off = false;
 };
+
+// Thrown while a step's graph is built on the flow network when a collective that joined a run
+// turns out to share its links (simulate_step_round's `prepare`).
+struct FlowJoinsClash {};
 
 struct RankState {
   StreamId streams[5];
@@ -895,6 +904,66 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     sp.tag = sp.ranks.empty() ? 0 : sp.ranks.front();
     return sp;
   };
+  // The collectives a group's collective runs with on the flow network, by classes: every group of
+  // the stage whose members fall in the same classes (`key`, sorted) starts with it (its GPUs
+  // behave alike) and their flows run beside it; each group once, at its first member along its
+  // own dimension. Unfolded: the group's alone.
+  auto group_specs = [&](CommGroup g, const Coords& c, CollectiveKind kind, double bytes, const std::vector<int>& key) {
+    std::vector<CollectiveSpec> specs{spec_of(kind, members_of(g, c), bytes)};
+    if (!by_class) return specs;
+    const std::int64_t ep = std::max<std::int64_t>(1, par.ep);
+    for (std::int64_t q = 0; q < Q; ++q) {
+      const Coords x = coords_at(c.s, q);
+      const bool first = g == CommGroup::tp   ? x.tp == 0
+                         : g == CommGroup::cp ? x.cp == 0
+                         : g == CommGroup::ep ? x.dp % ep == 0
+                         : dp_view == 1       ? x.dp % sg == 0
+                         : dp_view == 2       ? x.dp < sg
+                                              : x.dp == 0;
+      if (!first || reps_in(g, x) != key) continue;
+      std::vector<int> mem = members_of(g, x);
+      if (mem != specs.front().ranks) specs.push_back(spec_of(kind, std::move(mem), bytes));
+    }
+    return specs;
+  };
+  // Every batch the step plans, with who launches it: a simulated rank's group kind (rank * 8 +
+  // slot) when the rank stands for the whole group, so that its collectives follow one another on
+  // its compute stream; -1 for the rest (transfers, groups of several classes). Collectives that
+  // join runs (below) assume their links carry nothing else: checked against this list.
+  // Each link records the one owner whose batches cross it, or -2 once several do; a link of an
+  // owner whose collectives joined runs that another owner's batch crosses, or a joining owner's
+  // batch that does not end all at once, ends the round (FlowJoinsClash): the step is simulated
+  // again with every collective launched on the network. Most such layouts show it at a rank's
+  // first micro-batch (a GPU's NVLink port that carries its pipeline sends as well).
+  const bool flow_joins = net && net->apart() && !tapes.flow_joins_off && !cfg.keep_trace;
+  std::unordered_map<LinkId, std::int64_t> link_owner;
+  std::map<std::int64_t, std::vector<std::shared_ptr<const CollectiveBatch>>> owned;  // by owner (>= 0)
+  std::set<std::int64_t> joined_owners;  // owners whose collectives joined a run
+  auto ends_apart = [&](const CollectiveBatch& b) { return !batch_alone(*net, b).ends_together; };
+  auto prepare = [&](const std::vector<CollectiveSpec>& specs, std::int64_t owner) {
+    auto b = prepare_collectives(*net, specs);
+    if (!flow_joins) return b;
+    const bool joined = joined_owners.count(owner) > 0;
+    if (joined && ends_apart(*b)) throw FlowJoinsClash{};
+    for (const LinkId l : batch_links(*b)) {
+      const auto [it, fresh] = link_owner.try_emplace(l, owner);
+      if (fresh || it->second == owner) continue;
+      if (joined || joined_owners.count(it->second)) throw FlowJoinsClash{};
+      it->second = -2;
+    }
+    if (owner >= 0) owned[owner].push_back(b);
+    return b;
+  };
+  // The first collective of `owner` to join a run: its batches so far must keep to their links.
+  auto join_owner = [&](std::int64_t owner) {
+    if (!joined_owners.insert(owner).second) return;
+    for (const auto& b : owned[owner]) {
+      if (ends_apart(*b)) throw FlowJoinsClash{};
+      for (const LinkId l : batch_links(*b))
+        if (link_owner.at(l) != owner) throw FlowJoinsClash{};
+    }
+  };
+  std::function<std::int64_t(int, CommGroup)> owner_of;  // set with joins_run, below
   ClassBatches class_batches;  // by class on the flow network: whose members a skew names
   // Flow-mode launchers: folded, one group's collective plus its shadows; unfolded, the group's
   // collective once every member's task has started.
@@ -965,7 +1034,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           std::vector<int> mem = members_of(g, c);
           std::vector<CollectiveSpec> batch{spec_of(kind, mem, bytes)};
           for (const auto& sh : shadows_of(g, c, mem)) batch.push_back(spec_of(kind, sh, bytes));
-          f = prepare_collectives(*net, batch);
+          f = prepare(batch, owner_of(rank, g));
         }
         launch_next = launch_folded(f);
       }
@@ -1025,26 +1094,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         const std::vector<int>& key = gb->reps;
         auto& batch = gb->batches[{int(kind), bytes}];
         if (!batch) {
-          std::vector<CollectiveSpec> specs{spec_of(kind, members_of(g, c), bytes)};
-          if (by_class) {
-            // Every group of the stage whose members fall in the same classes starts with this
-            // one (its GPUs behave alike): their flows run beside it. Each group once, at its
-            // first member along its own dimension.
-            const std::int64_t ep = std::max<std::int64_t>(1, par.ep);
-            for (std::int64_t q = 0; q < Q; ++q) {
-              const Coords x = coords_at(c.s, q);
-              const bool first = g == CommGroup::tp   ? x.tp == 0
-                                 : g == CommGroup::cp ? x.cp == 0
-                                 : g == CommGroup::ep ? x.dp % ep == 0
-                                 : dp_view == 1       ? x.dp % sg == 0
-                                 : dp_view == 2       ? x.dp < sg
-                                                      : x.dp == 0;
-              if (!first || reps_in(g, x) != key) continue;
-              std::vector<int> mem = members_of(g, x);
-              if (mem != specs.front().ranks) specs.push_back(spec_of(kind, std::move(mem), bytes));
-            }
-          }
-          batch = prepare_collectives(*net, specs);
+          const std::vector<CollectiveSpec> specs = group_specs(g, c, kind, bytes, key);
+          batch = prepare(specs, owner_of(rank, g));
           if (by_class) class_batches.emplace_back(batch, specs);
         }
         fl.batch = batch;
@@ -1068,8 +1119,10 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // a kernel of known length on the compute stream, and a run of kernels can take it in like any
   // other (a barrier of one, and a task of its own, were two tasks a collective for nothing).
   std::vector<std::array<std::int8_t, 7>> alone_in(nranks, std::array<std::int8_t, 7>{-1, -1, -1, -1, -1, -1, -1});
+  // On the flow network the same holds where the collective's flows have their links to themselves
+  // (joined_batch, below): alone, a batch takes a fixed time, and leaves its links as it found them.
   auto joins_run = [&](int rank, CommGroup g) {
-    if (net || !merging) return false;
+    if ((net && !flow_joins) || !merging) return false;
     std::int8_t& a = alone_in[std::size_t(rank)][std::size_t(slot_of(g))];
     if (a < 0) {
       if (group_size(g) <= 1 || plain_fold) a = 1;
@@ -1081,8 +1134,57 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     }
     return a == 1;
   };
+  owner_of = [&](int rank, CommGroup g) -> std::int64_t {
+    const std::int8_t a = alone_in[std::size_t(rank)][std::size_t(slot_of(g))];
+    const bool alone = a >= 0 ? a == 1 : group_size(g) <= 1 || plain_fold || (by_class && [&] {
+      const std::vector<int> reps = reps_in(g, coords_of(rank));
+      return std::all_of(reps.begin(), reps.end(), [rank](int x) { return x == rank; });
+    }());
+    return alone ? std::int64_t(rank) * 8 + slot_of(g) : -1;
+  };
+  // On the flow network: the batch a joining collective would launch (its group's, with the sibling
+  // groups that run beside it), and how long it takes alone. `ok`: it ends all at once, leaving
+  // its links free; otherwise the collective is launched on the network as before.
+  struct JoinedBatch {
+    std::shared_ptr<const CollectiveBatch> batch;
+    Time dt;
+    bool ok = false;
+  };
+  std::map<std::tuple<int, int, int, double>, JoinedBatch> joined_batches;  // (rank, slot, kind, bytes)
+  auto joined_batch = [&](int rank, const Kernel& k) -> const JoinedBatch& {
+    const int slot = slot_of(k.group);
+    auto [pos, fresh] = joined_batches.try_emplace({rank, slot, int(k.coll), k.bytes});
+    if (fresh) {
+      const Coords c = coords_of(rank);
+      std::vector<CollectiveSpec> specs;
+      if (plain_fold) {
+        const std::vector<int> mem = members_of(k.group, c);
+        specs.push_back(spec_of(k.coll, mem, k.bytes));
+        for (const auto& sh : shadows_of(k.group, c, mem)) specs.push_back(spec_of(k.coll, sh, k.bytes));
+      } else {
+        specs = group_specs(k.group, c, k.coll, k.bytes, reps_in(k.group, c));
+      }
+      JoinedBatch& j = pos->second;
+      j.batch = prepare(specs, std::int64_t(rank) * 8 + slot);
+      const AloneTiming t = batch_alone(*net, *j.batch);
+      j.dt = t.first_end;
+      j.ok = t.ends_together;
+    }
+    return pos->second;
+  };
+  // Whether a collective kernel joins the rank's run.
+  auto joins = [&](int rank, const Kernel& k) {
+    if (!joins_run(rank, k.group)) return false;
+    if (!net || group_size(k.group) <= 1) return true;
+    return joined_batch(rank, k).ok;
+  };
   // Its length (the rank's total it adds to: comm_total, below).
   auto collective_dt = [&](int rank, const Kernel& kernel) {
+    if (net && group_size(kernel.group) > 1 && joins(rank, kernel)) {
+      const Time dt = joined_batch(rank, kernel).dt;
+      join_owner(std::int64_t(rank) * 8 + slot_of(kernel.group));
+      return dt;
+    }
     return Time::from_seconds(kernel.seconds >= 0 ? kernel.seconds
                                                   : collective_time(cfg, kernel.coll, kernel.group, kernel.bytes, stage_of(rank)));
   };
@@ -1236,11 +1338,12 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         Time dt;
         const bool coll = kernel.kind == KernelKind::collective;
         SCALEOUT_CHECK(kernel.launches >= 1 && (!coll || kernel.launches == 1), "a kernel launched repeatedly must be a compute kernel");
-        const bool synced = coll && !joins_run(rank, kernel.group);  // a collective that waits for its group
+        const bool synced = coll && !joins(rank, kernel);  // a collective that waits for its group
         if (coll) {
-          // The tape's kernels carry it (worked out for the stage the tape belongs to).
+          // The tape's kernels carry it (worked out for the stage the tape belongs to). On the
+          // network a launched one lasts what its flows make of it (counted after the run).
           dt = collective_dt(rank, kernel);
-          comm_total(kernel.group)[rank] += dt.seconds();
+          if (!synced || !net) comm_total(kernel.group)[rank] += dt.seconds();
         } else {
           const Time base = kernel.seconds >= 0 ? Time::from_seconds(kernel.seconds) : cm.time(kernel);
           dt = slowdown[rank] == 1.0 ? base : Time::from_seconds(base.seconds() * slowdown[rank]);
@@ -1322,7 +1425,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   };
   // By the stretch's first item, the GPU's slowdown and which of its groups' collectives join its
   // runs (a rank of the same stage whose group waits for other ranks syncs where this one did not).
-  using SegmentKey = std::tuple<const PlanItem*, double, unsigned>;
+  // On the flow network a joining collective's length is its own group's (where the group sits in
+  // the cluster): records are then the rank's own.
+  using SegmentKey = std::tuple<const PlanItem*, double, unsigned, int>;
   std::map<SegmentKey, Segment> segments;
   std::set<SegmentKey> seen_once;  // stretches met once: recorded the second time
   std::vector<int> joining_mask(nranks, -1);  // by rank, worked out once (inside the passes)
@@ -1463,7 +1568,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
                 specs.push_back(spec_of(CollectiveKind::send_recv, {global_of(x), global_of(y)}, bytes));
               }
             }
-            batch = prepare_collectives(*net, specs);
+            batch = prepare(specs, -1);
             if (by_class) class_batches.emplace_back(batch, specs);
           }
           launch_next = launch_folded(batch);
@@ -1521,14 +1626,16 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         const std::span<const Kernel> ks = x.kernels();
         return !ks.empty() && x.own.empty() && x.host_prologue_tensors == 0 &&
                !(x.phase == Phase::backward && !x.grads_done.empty() && par.dp > 1) &&
-               std::all_of(ks.begin(), ks.end(), [&](const Kernel& k) { return k.kind != KernelKind::collective || joins_run(r, k.group); });
+               std::all_of(ks.begin(), ks.end(), [&](const Kernel& k) { return k.kind != KernelKind::collective || joins(r, k); });
       };
       for (std::size_t idx = 0; idx < items.size(); ++idx) {
         const PlanItem& item = items[idx];
         if (record_runs && !(runs[std::size_t(r)].open && last_on[r][kCompute] == runs[std::size_t(r)].task + 1) &&
             keeps_to_run(item)) {
           // A run opens here: replay its record, or emit it and record it.
-          const SegmentKey key{&item, slowdown[r], joining_groups(r)};
+          const unsigned mask = joining_groups(r);
+          constexpr unsigned kGroupsOnTapes = 1u << int(CommGroup::tp) | 1u << int(CommGroup::cp) | 1u << int(CommGroup::ep);
+          const SegmentKey key{&item, slowdown[r], mask, net && (mask & kGroupsOnTapes) != 0 ? r : -1};
           flush_group();  // the last run's changes first (its instant cannot gather this run's)
           const Time host0 = host_clock[r];
           auto seg = segments.find(key);
@@ -1905,10 +2012,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   SCALEOUT_CHECK(ex.all_finished(), "step simulation ended with tasks left: a dependency cycle in the schedule");
   for (RankState& rs : ranks) rs.mem.settle();
   if (net) {
-    // On the network, a transfer lasts what the flows made of it.
-    std::fill(rank_tp.begin(), rank_tp.end(), 0.0);
-    std::fill(rank_cp.begin(), rank_cp.end(), 0.0);
-    std::fill(rank_ep.begin(), rank_ep.end(), 0.0);
+    // On the network, a transfer lasts what the flows made of it (the collectives that joined runs
+    // are in the totals already).
     res.dp_comm_total_s = res.pp_comm_s = 0;
     for (TaskId id = 0; id < info.size(); ++id) {
       if (info[id].comm == 0) continue;
@@ -2100,8 +2205,12 @@ namespace {
 StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   for (;;) {
     tapes.split = false;
-    StepResult r = simulate_step_round(cfg, tapes);
-    if (!tapes.split) return r;
+    try {
+      StepResult r = simulate_step_round(cfg, tapes);
+      if (!tapes.split) return r;
+    } catch (const FlowJoinsClash&) {
+      tapes.flow_joins_off = true;
+    }
   }
 }
 }  // namespace

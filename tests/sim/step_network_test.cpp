@@ -467,6 +467,50 @@ TEST_CASE("kernel runs folded into one task give exactly the per-kernel simulati
   }
 }
 
+TEST_CASE("on the flow network, collectives on links of their own join runs and agree with the per-kernel simulation", "[network][runs]") {
+  // TP 4 fills each node of four GPUs: its collectives cross only its NVLink ports, which the
+  // pipeline's sends and the data-parallel reduction (through the NICs) never touch, so each takes
+  // what it takes alone and joins the rank's run. With eight GPUs a node, two TP groups and the
+  // pipeline's sends share the NVLink ports: the step finds that while it is built and launches
+  // every collective on the network instead. A straggler: by classes, the groups all of one class
+  // join, the straggler's own group keeps its barrier. Every plan must give what the per-kernel
+  // simulation (a trace keeps every kernel a task, every collective launched) gives.
+  auto plan = [](int gpus_per_node) {
+    return Json{{"model", {{"arch", "llama"}, {"layers", 4}, {"hidden", 2048}, {"heads", 16}, {"kv_heads", 16}, {"ffn", 8192},
+                           {"vocab", 1024}, {"tied_embeddings", false}}},
+                {"cluster", {{"gpu", "h100-sxm"},
+                             {"topology", {{"nodes", 16 / gpus_per_node}, {"gpus_per_node", gpus_per_node}, {"node", "nvswitch"},
+                                           {"nics_per_node", gpus_per_node}, {"network", "infiniband-ndr"},
+                                           {"fabric", "single-switch"}, {"levels", 1}}}}},
+                {"training", {{"seq_len", 2048}, {"micro_batch", 1}, {"global_batch", 16}, {"precision", "bf16-mixed"},
+                              {"recompute", "selective"}}},
+                {"parallelism", {{"tp", 4}, {"pp", 2}, {"dp", 2}, {"sequence_parallel", true}, {"pp_schedule", "1f1b"}}},
+                {"simulation", {{"network", "flow"}}}};
+  };
+  std::vector<std::pair<std::string, Json>> plans;
+  plans.push_back({"tp-node", plan(4)});
+  plans.push_back({"tp-shares-nvlink", plan(8)});
+  Json slow = plan(4);
+  slow["faults"] = {{"stragglers", {{{"gpu", 5}, {"slowdown", 1.3}}}}};
+  plans.push_back({"straggler", slow});
+  for (const auto& [name, j] : plans) {
+    INFO(name);
+    const Scenario s = parse_scenario(j, "test.json");
+    const StepResult runs = simulate_scenario(s, false);
+    const StepResult kernels = simulate_scenario(s, true);
+    CHECK(runs.events < kernels.events);
+    if (name == "tp-node") CHECK(runs.events * 10 < kernels.events);
+    CHECK(runs.step_time_s == Approx(kernels.step_time_s).epsilon(1e-12));
+    CHECK(runs.tp_comm_s == Approx(kernels.tp_comm_s).epsilon(1e-9));
+    CHECK(runs.pp_comm_s == Approx(kernels.pp_comm_s).epsilon(1e-9));
+    CHECK(runs.dp_comm_total_s == Approx(kernels.dp_comm_total_s).epsilon(1e-9));
+    CHECK(runs.max_peer_wait_s == Approx(kernels.max_peer_wait_s).epsilon(1e-9).margin(1e-15));
+    CHECK(runs.peak_bytes == Approx(kernels.peak_bytes).epsilon(1e-12));
+    CHECK(runs.pipeline_bubble_s == Approx(kernels.pipeline_bubble_s).epsilon(1e-9).margin(1e-12));
+    CHECK(runs.exposed_comm_s == Approx(kernels.exposed_comm_s).epsilon(1e-9).margin(1e-12));
+  }
+}
+
 TEST_CASE("FSDP keeps at most two layers gathered, in the compute dtype, with no autocast weight casts", "[parallel][fsdp]") {
   // Llama-2-7B, FULL_SHARD on 8 GPUs of one node, autocast (fp32 shards): NVLink gathers run far
   // ahead of compute unless FSDP's rate limiter (limit_all_gathers) holds them to two layers; the
