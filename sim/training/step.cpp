@@ -146,6 +146,44 @@ struct Chunk {
   std::unique_ptr<ChunkPlanner> planner;
 };
 
+// A memory change inside a run of kernels (RunChanges, below).
+struct RunChange {
+  Time offset, floor;  // floor: zero unless the change waits for the host
+  double bytes;
+  MemCategory category;
+};
+
+// A run's changes at one instant (the same busy and floor) are gathered before they are listed
+// (simulate_step_round's `group`).
+struct InstantGroup {
+  TaskId task = 0;
+  Time busy, floor;
+  std::array<double, kMemCategoryCount> net{};  // per category; 0: untouched or cancelled out
+  unsigned touched = 0;                         // bit c: net[c] was changed
+  bool open = false, allocated = false;
+};
+static_assert(kMemCategoryCount <= 8 * sizeof(unsigned));
+
+struct Segment {
+  ChunkPlanner::Pass pin;  // the items the record points into
+  std::size_t end = 0;     // the stretch is items [start, end)
+  Time first_dt, first_launch, host, busy, floor;  // floors and the host clock from the clock at the start
+  bool grown = false;
+  std::uint64_t launches = 0;
+  struct Sum {
+    Phase phase;
+    double dt;
+    std::int8_t comm = -1;  // a collective's group (its rank total); -1: a compute kernel
+  };
+  std::vector<Sum> sums;  // each kernel's time, in order, for the phase, rank and comm totals
+  std::vector<RunChange> changes;
+  InstantGroup open_group;  // the run's last instant, still gathering (when open)
+};
+// By the stretch's first item, the GPU's slowdown and which of its groups' collectives join its
+// runs (a rank of the same stage whose group waits for other ranks syncs where this one did not).
+// On the flow network a joining collective's length is its own group's (where the group sits in
+// the cluster): records are then the rank's own.
+using SegmentKey = std::tuple<const PlanItem*, double, unsigned, int>;
 // The tape of each virtual stage, built once for a step (and for both windows of an
 // extrapolated one): it depends on the model, the training recipe and the stage, not on the
 // rank or the number of micro-batches.
@@ -159,6 +197,12 @@ struct TapeCache {
   // On the flow network, collectives join runs where their links are their own; a round that found
   // other traffic on such links turns that off for the step's later rounds.
   bool flow_joins_off = false;
+  // simulate_step_round's records of runs, kept across rounds (with what they were recorded under).
+  std::map<SegmentKey, Segment> segments;
+  std::set<SegmentKey> seen_once;
+  std::map<const std::vector<PlanItem>*, std::pair<ChunkPlanner::Pass, std::vector<PlanItem>>> split_passes;
+  std::vector<int> records_classes;
+  bool records_track_memory = true, records_flow_joins_off = false;
 };
 
 // Thrown while a step's graph is built on the flow network when a collective that joined a run
@@ -249,11 +293,6 @@ class TaskLists {
 // A run replayed from a record (see Segment) lists the record's changes by reference, with the
 // shift of its floors: changes listed after them (its last instant, gathered after the replay)
 // go to the columns as usual.
-struct RunChange {
-  Time offset, floor;  // floor: zero unless the change waits for the host
-  double bytes;
-  MemCategory category;
-};
 class RunChanges {
  public:
   void refer(TaskId task, std::span<const RunChange> changes, Time shift) {
@@ -769,14 +808,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // same peak, holding the same bytes of each category. A free after an allocation at the same
   // instant starts a new group. (Half of a pipelined step's changes share an instant: 4.3M -> 2.2M
   // listed for a 32-rank step.)
-  struct InstantGroup {
-    TaskId task = 0;
-    Time busy, floor;
-    std::array<double, kMemCategoryCount> net{};  // per category; 0: untouched or cancelled out
-    unsigned touched = 0;                         // bit c: net[c] was changed
-    bool open = false, allocated = false;
-  } group;
-  static_assert(kMemCategoryCount <= 8 * sizeof(unsigned));
+  InstantGroup group;
   auto flush_group = [&] {
     if (!group.open) return;
     const Time release = ex.release(group.task);
@@ -1408,28 +1440,19 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // way each time: its tasks, durations, host clock and memory changes are a function of the items
   // and the GPU's slowdown, shifted by the host clock where it opens. The first such stretch of
   // items is emitted kernel by kernel and recorded; later ones are replayed from the record.
-  struct Segment {
-    ChunkPlanner::Pass pin;  // the items the record points into
-    std::size_t end = 0;     // the stretch is items [start, end)
-    Time first_dt, first_launch, host, busy, floor;  // floors and the host clock from the clock at the start
-    bool grown = false;
-    std::uint64_t launches = 0;
-    struct Sum {
-      Phase phase;
-      double dt;
-      std::int8_t comm = -1;  // a collective's group (its rank total); -1: a compute kernel
-    };
-    std::vector<Sum> sums;  // each kernel's time, in order, for the phase, rank and comm totals
-    std::vector<RunChange> changes;
-    decltype(group) open_group;  // the run's last instant, still gathering (when open)
-  };
-  // By the stretch's first item, the GPU's slowdown and which of its groups' collectives join its
-  // runs (a rank of the same stage whose group waits for other ranks syncs where this one did not).
-  // On the flow network a joining collective's length is its own group's (where the group sits in
-  // the cluster): records are then the rank's own.
-  using SegmentKey = std::tuple<const PlanItem*, double, unsigned, int>;
-  std::map<SegmentKey, Segment> segments;
-  std::set<SegmentKey> seen_once;  // stretches met once: recorded the second time
+  // Records (and the split passes they point into) are kept across a step's rounds (TapeCache):
+  // the windows of an extrapolated step, and the baseline's two lengths, replay what the first
+  // recorded. They hold while the classes, the memory tracking and the flow joins are the same.
+  if (tapes.records_classes != tapes.classes || tapes.records_track_memory != cfg.track_memory ||
+      tapes.records_flow_joins_off != tapes.flow_joins_off) {
+    tapes.segments.clear();
+    tapes.seen_once.clear();
+    tapes.records_classes = tapes.classes;
+    tapes.records_track_memory = cfg.track_memory;
+    tapes.records_flow_joins_off = tapes.flow_joins_off;
+  }
+  auto& segments = tapes.segments;
+  auto& seen_once = tapes.seen_once;  // stretches met once: recorded the second time
   std::vector<int> joining_mask(nranks, -1);  // by rank, worked out once (inside the passes)
   auto joining_groups = [&](int rank) {
     int& mask = joining_mask[std::size_t(rank)];
@@ -1443,8 +1466,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // A pass's items with each collective kernel made an item of its own (the allocations go with
   // the first part, the frees and finished gradients with the last): the same tasks, in the same
   // order, but the compute kernels after a collective then open a run at an item, where it can be
-  // recorded. Kept for the round, by the pass.
-  std::map<const std::vector<PlanItem>*, std::pair<ChunkPlanner::Pass, std::vector<PlanItem>>> split_passes;
+  // recorded. Kept for the step, by the pass.
+  auto& split_passes = tapes.split_passes;
   auto split_of = [&](const ChunkPlanner::Pass& pass) -> const std::vector<PlanItem>& {
     const auto coll = [](const Kernel& k) { return k.kind == KernelKind::collective; };
     const auto splits = [&](const PlanItem& it) {
