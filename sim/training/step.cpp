@@ -1627,7 +1627,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         pass_items = ch.planner->backward_pass(w.mb, ++bwd_done[w.chunk] == int(m),
                                                zero_bubble ? &weight_passes[{w.chunk, w.mb}] : nullptr);
       }
-      const bool record_runs = merging && !gather_params;
+      const bool record_runs = merging;
       const std::vector<PlanItem>& items = record_runs ? split_of(pass_items) : *pass_items;
       if (w.forward && w.chunk == 0) {
         // Faults on this GPU's host: a slow data loader (first stage) or a one-time stall.
@@ -1645,16 +1645,20 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       std::vector<TaskId> layer_ends;  // where each layer of this pass ends (FSDP's rate limiter)
       // An item that can be part of a recorded stretch: compute kernels, and collectives that join
       // runs, only; nothing waiting on it.
+      // Under ZeRO-3 / FSDP a stretch keeps to its layer: the next layer's first item gathers.
       auto keeps_to_run = [&](const PlanItem& x) {
         const std::span<const Kernel> ks = x.kernels();
         return !ks.empty() && x.own.empty() && x.host_prologue_tensors == 0 &&
+               (!gather_params || x.phase == Phase::optimizer || x.layer == cur_layer) &&
                !(x.phase == Phase::backward && !x.grads_done.empty() && par.dp > 1) &&
                std::all_of(ks.begin(), ks.end(), [&](const Kernel& k) { return k.kind != KernelKind::collective || joins(r, k); });
       };
       for (std::size_t idx = 0; idx < items.size(); ++idx) {
         const PlanItem& item = items[idx];
+        // (Under FSDP a pass's first kernel is a task of its own, which the next layer's gather
+        // waits for: it is never recorded.)
         if (record_runs && !(runs[std::size_t(r)].open && last_on[r][kCompute] == runs[std::size_t(r)].task + 1) &&
-            keeps_to_run(item)) {
+            (started || !gather_params) && keeps_to_run(item)) {
           // A run opens here: replay its record, or emit it and record it.
           const unsigned mask = joining_groups(r);
           constexpr unsigned kGroupsOnTapes = 1u << int(CommGroup::tp) | 1u << int(CommGroup::cp) | 1u << int(CommGroup::ep);
