@@ -166,7 +166,8 @@ static_assert(kMemCategoryCount <= 8 * sizeof(unsigned));
 
 struct Segment {
   ChunkPlanner::Pass pin;  // the items the record points into
-  std::size_t end = 0;     // the stretch is items [start, end)
+  const std::vector<PlanItem>* items = nullptr;  // recorded from items [start, start + count) of these
+  std::size_t start = 0, count = 0;
   Time first_dt, first_launch, host, busy, floor;  // floors and the host clock from the clock at the start
   bool grown = false;
   std::uint64_t launches = 0;
@@ -184,6 +185,50 @@ struct Segment {
 // On the flow network a joining collective's length is its own group's (where the group sits in
 // the cluster): records are then the rank's own.
 using SegmentKey = std::tuple<const PlanItem*, double, unsigned, int>;
+// A stretch emits the same tasks wherever its items have the same content (every layer's ops
+// alike): records are also found by their first item's content (and the same slowdown, joins and
+// rank part as SegmentKey), then checked item by item.
+using AlikeKey = std::tuple<std::uint64_t, double, unsigned, int>;
+
+// What emitting a plan item in a run reads: its phase, memory changes and kernels (their kind,
+// time, launches and, for collectives, group, kind and size).
+bool same_run_content(const PlanItem& a, const PlanItem& b) {
+  if (a.phase != b.phase || a.host_prologue_tensors != b.host_prologue_tensors || a.allocs.size() != b.allocs.size() ||
+      a.frees.size() != b.frees.size())
+    return false;
+  for (std::size_t i = 0; i < a.allocs.size(); ++i)
+    if (a.allocs[i].category != b.allocs[i].category || a.allocs[i].bytes != b.allocs[i].bytes) return false;
+  for (std::size_t i = 0; i < a.frees.size(); ++i)
+    if (a.frees[i].category != b.frees[i].category || a.frees[i].bytes != b.frees[i].bytes) return false;
+  const std::span<const Kernel> ka = a.kernels(), kb = b.kernels();
+  if (ka.size() != kb.size()) return false;
+  if (ka.data() == kb.data()) return true;
+  for (std::size_t i = 0; i < ka.size(); ++i) {
+    const Kernel &x = ka[i], &y = kb[i];
+    if (x.kind != y.kind || x.seconds != y.seconds || x.launches != y.launches || x.group != y.group || x.coll != y.coll ||
+        x.bytes != y.bytes)
+      return false;
+  }
+  return true;
+}
+
+std::uint64_t run_content_hash(const PlanItem& a) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](std::uint64_t x) {
+    h ^= x;
+    h *= 1099511628211ull;
+    h ^= h >> 29;
+  };
+  mix(std::uint64_t(a.phase));
+  mix(a.allocs.size() * 131 + a.frees.size());
+  for (const MemOp& m : a.allocs) mix(std::bit_cast<std::uint64_t>(m.bytes));
+  for (const MemOp& m : a.frees) mix(std::bit_cast<std::uint64_t>(m.bytes));
+  for (const Kernel& k : a.kernels()) {
+    mix(std::uint64_t(k.kind) * 7 + std::uint64_t(k.launches));
+    mix(std::bit_cast<std::uint64_t>(k.seconds));
+  }
+  return h;
+}
 // The tape of each virtual stage, built once for a step (and for both windows of an
 // extrapolated one): it depends on the model, the training recipe and the stage, not on the
 // rank or the number of micro-batches.
@@ -199,6 +244,9 @@ struct TapeCache {
   bool flow_joins_off = false;
   // simulate_step_round's records of runs, kept across rounds (with what they were recorded under).
   std::map<SegmentKey, Segment> segments;
+  std::map<AlikeKey, const Segment*> alike;  // into segments
+  std::map<SegmentKey, const Segment*> aliases;  // items whose stretch replays one recorded elsewhere
+  std::set<AlikeKey> contents_seen;             // contents of stretches met once
   std::set<SegmentKey> seen_once;
   std::map<const std::vector<PlanItem>*, std::pair<ChunkPlanner::Pass, std::vector<PlanItem>>> split_passes;
   std::vector<int> records_classes;
@@ -1446,6 +1494,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   if (tapes.records_classes != tapes.classes || tapes.records_track_memory != cfg.track_memory ||
       tapes.records_flow_joins_off != tapes.flow_joins_off) {
     tapes.segments.clear();
+    tapes.alike.clear();
+    tapes.aliases.clear();
+    tapes.contents_seen.clear();
     tapes.seen_once.clear();
     tapes.records_classes = tapes.classes;
     tapes.records_track_memory = cfg.track_memory;
@@ -1662,19 +1713,46 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           // A run opens here: replay its record, or emit it and record it.
           const unsigned mask = joining_groups(r);
           constexpr unsigned kGroupsOnTapes = 1u << int(CommGroup::tp) | 1u << int(CommGroup::cp) | 1u << int(CommGroup::ep);
-          const SegmentKey key{&item, slowdown[r], mask, net && (mask & kGroupsOnTapes) != 0 ? r : -1};
+          const int rank_part = net && (mask & kGroupsOnTapes) != 0 ? r : -1;
+          const SegmentKey key{&item, slowdown[r], mask, rank_part};
           flush_group();  // the last run's changes first (its instant cannot gather this run's)
           const Time host0 = host_clock[r];
           auto seg = segments.find(key);
+          // Not met at this item: a record of the same content made elsewhere (another layer's
+          // ops), checked item by item, and then kept for this item too.
+          const Segment* like = nullptr;
+          AlikeKey content{0, slowdown[r], mask, rank_part};
+          if (seg == segments.end()) {
+            const auto alias = tapes.aliases.find(key);
+            if (alias != tapes.aliases.end()) like = alias->second;
+          }
+          if (seg == segments.end() && !like) {
+            std::get<0>(content) = run_content_hash(item);
+            const auto found = tapes.alike.find(content);
+            if (found != tapes.alike.end()) {
+              const Segment& c = *found->second;
+              bool same = idx + c.count <= items.size();
+              for (std::size_t i = 0; same && i < c.count; ++i)
+                same = same_run_content(items[idx + i], (*c.items)[c.start + i]) && keeps_to_run(items[idx + i]);
+              // It ends where this one would.
+              if (same && idx + c.count < items.size()) same = !keeps_to_run(items[idx + c.count]);
+              if (same) {
+                like = &c;
+                tapes.aliases.emplace(key, like);
+              }
+            }
+          }
           TaskId g;
-          if (seg == segments.end() && seen_once.insert(key).second) {
-            // The first time, only emitted: most stretches of a short step are never met again.
+          // The first time, only emitted (most stretches of a short step are never met again),
+          // unless a stretch of the same content was met before (the layers of a stage).
+          if (seg == segments.end() && !like && seen_once.insert(key).second &&
+              (std::get<0>(content) == 0 || tapes.contents_seen.insert(content).second)) {
             g = emit(r, item, {}).first;
             std::size_t j = idx + 1;
             for (; j < items.size() && keeps_to_run(items[j]); ++j) emit(r, items[j], {});
             idx = j - 1;
-          } else if (seg != segments.end()) {
-            const Segment& rec = seg->second;
+          } else if (seg != segments.end() || like) {
+            const Segment& rec = like ? *like : seg->second;
             const Time launched = host0 + rec.first_launch;
             g = add_task_span(r, kCompute, rec.first_dt, {}, &item.kernels()[0], launched);
             runs[std::size_t(r)] = {g, rec.busy, rec.floor + host0, true, rec.grown};
@@ -1694,7 +1772,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
               group.task = g;
               group.floor = group.floor + host0;
             }
-            idx = rec.end - 1;
+            idx = idx + rec.count - 1;
           } else {
             Segment rec;
             rec.pin = pass_items;
@@ -1704,7 +1782,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             for (++j; j < items.size() && keeps_to_run(items[j]); ++j) emit(r, items[j], {});
             const Run& run = runs[std::size_t(r)];
             SCALEOUT_CHECK(run.open && run.task == g && last_on[r][kCompute] == g + 1, "a recorded run did not keep to itself");
-            rec.end = j;
+            rec.items = &items;
+            rec.start = idx;
+            rec.count = j - idx;
             rec.first_dt = kernel_dt(r, item.kernels()[0]);
             rec.first_launch = host_cost(item.phase);
             rec.host = host_clock[r] - host0;
@@ -1731,7 +1811,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
               rec.open_group.floor = group.floor - host0;
             }
             idx = j - 1;
-            segments.emplace(key, std::move(rec));
+            const auto made = segments.emplace(key, std::move(rec)).first;
+            tapes.alike.try_emplace(AlikeKey{run_content_hash(item), slowdown[r], mask, rank_part}, &made->second);
           }
           if (!started) {
             first = g;
