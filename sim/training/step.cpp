@@ -5,7 +5,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <map>
@@ -179,6 +178,7 @@ struct Segment {
   std::vector<Sum> sums;  // each kernel's time, in order, for the phase, rank and comm totals
   std::vector<RunChange> changes;
   InstantGroup open_group;  // the run's last instant, still gathering (when open)
+  std::vector<const Kernel*> joined;  // flow network: its collectives, one per (group, kind, size)
 };
 // By the stretch's first item, the GPU's slowdown and which of its groups' collectives join its
 // runs (a rank of the same stage whose group waits for other ranks syncs where this one did not).
@@ -229,6 +229,7 @@ std::uint64_t run_content_hash(const PlanItem& a) {
   }
   return h;
 }
+
 // The tape of each virtual stage, built once for a step (and for both windows of an
 // extrapolated one): it depends on the model, the training recipe and the stage, not on the
 // rank or the number of micro-batches.
@@ -1766,6 +1767,12 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
               rank_total(x.phase)[r] += x.dt;
             }
             if (q_of(r) == 0) res.kernels += rec.launches;
+            // Its collectives joined the run (a record from an earlier round): their batches'
+            // links must stay theirs in this round too.
+            for (const Kernel* k : rec.joined) {
+              joined_batch(r, *k);
+              join_owner(std::int64_t(r) * 8 + slot_of(k->group));
+            }
             run_ops.refer(g, rec.changes, host0);
             if (rec.open_group.open) {
               group = rec.open_group;
@@ -1802,6 +1809,11 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
                 const std::int8_t comm = k.kind == KernelKind::collective ? std::int8_t(k.group) : std::int8_t(-1);
                 for (std::int32_t l = 0; l < k.launches; ++l) rec.sums.push_back({items[i].phase, dts, comm});
                 rec.launches += std::uint64_t(k.launches);
+                if (net && comm >= 0 && group_size(k.group) > 1 &&
+                    std::none_of(rec.joined.begin(), rec.joined.end(), [&k](const Kernel* x) {
+                      return x->group == k.group && x->coll == k.coll && x->bytes == k.bytes;
+                    }))
+                  rec.joined.push_back(&k);
               }
             run_ops.for_range(std::uint32_t(c0), std::uint32_t(run_ops.size()), [&](MemCategory c, double bytes, Time offset, Time floor) {
               rec.changes.push_back({offset, floor > Time::zero() ? floor - host0 : Time::zero(), bytes, c});

@@ -509,6 +509,20 @@ TEST_CASE("on the flow network, collectives on links of their own join runs and 
     CHECK(runs.pipeline_bubble_s == Approx(kernels.pipeline_bubble_s).epsilon(1e-9).margin(1e-12));
     CHECK(runs.exposed_comm_s == Approx(kernels.exposed_comm_s).epsilon(1e-9).margin(1e-12));
   }
+  // Without a pipeline a long accumulation is extended from windows of 2, 3 and 4 micro-batches,
+  // whose later rounds replay the runs the first recorded (joined collectives included): the
+  // same step as simulating all 24.
+  Json dp = plan(4);
+  dp["parallelism"] = {{"tp", 4}, {"dp", 4}, {"sequence_parallel", true}};
+  dp["training"]["global_batch"] = 96;
+  const StepConfig c = step_config(parse_scenario(dp, "test.json"));
+  CHECK(simulated_micro_batches(c) == 4);
+  const StepResult windows = simulate_step(c);
+  const StepResult every = simulate_step_exact(c);
+  CHECK(windows.extrapolated_from == 4);
+  CHECK(windows.step_time_s == Approx(every.step_time_s).epsilon(1e-9));
+  CHECK(windows.tp_comm_s == Approx(every.tp_comm_s).epsilon(1e-9));
+  CHECK(windows.peak_bytes == Approx(every.peak_bytes).epsilon(1e-9));
 }
 
 TEST_CASE("FSDP keeps at most two layers gathered, in the compute dtype, with no autocast weight casts", "[parallel][fsdp]") {
