@@ -39,11 +39,7 @@ void MemoryTracker::free(MemCategory c, double bytes, Time at) {
   apply(c, -bytes, at);
 }
 
-void MemoryTracker::later(MemCategory c, double signed_bytes, Time at) {
-  if (pending_.size() == head_ || !(at < pending_.back().at)) {
-    pending_.push_back({at, c, signed_bytes});
-    return;
-  }
+void MemoryTracker::insert_pending(MemCategory c, double signed_bytes, Time at) {
   // After the first change at a later time (stable among equal times).
   const auto pos = std::upper_bound(pending_.begin() + std::ptrdiff_t(head_), pending_.end(), at,
                                     [](Time t, const Pending& p) { return t < p.at; });

@@ -14,7 +14,14 @@ class MemoryTracker {
   void free(MemCategory c, double bytes, Time at);
   // A change known ahead of its time (inside a run of kernels folded into one task): applied in
   // time order, before any later alloc() or free(), or by settle().
-  void later(MemCategory c, double signed_bytes, Time at);
+  void later(MemCategory c, double signed_bytes, Time at) {
+    // Runs follow one another on a stream, so changes mostly come in time order: appended here.
+    if (pending_.size() == head_ || !(at < pending_.back().at)) {
+      pending_.push_back({at, c, signed_bytes});
+      return;
+    }
+    insert_pending(c, signed_bytes, at);
+  }
   // Applies every change still waiting; call before reading the peak.
   void settle();
   double current() const { return total_; }
@@ -41,6 +48,7 @@ class MemoryTracker {
   std::vector<Pending> pending_;
   std::size_t head_ = 0;
   void drain(Time upto);
+  void insert_pending(MemCategory c, double signed_bytes, Time at);
   void apply(MemCategory c, double bytes, Time at);
 };
 
