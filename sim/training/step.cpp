@@ -179,6 +179,7 @@ struct Segment {
   std::vector<RunChange> changes;
   InstantGroup open_group;  // the run's last instant, still gathering (when open)
   std::vector<const Kernel*> joined;  // flow network: its collectives, one per (group, kind, size)
+  unsigned aligned_keep = ~0u;        // what its collectives leave of the rank's lock-steps (`aligned`)
 };
 // By the stretch's first item, the GPU's slowdown and which of its groups' collectives join its
 // runs (a rank of the same stage whose group waits for other ranks syncs where this one did not).
@@ -899,8 +900,16 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
 
   StreamExecutor::Launcher launch_next;  // set just before add_task: the task is started by it
   // `release`: not before (the kernel's launch by the host thread).
+  // By classes on the analytic network, which of a rank's groups are in lock-step (bit: slot): the
+  // group's last collective was a barrier of its members, and since then each of them has run the
+  // same items with nothing else to wait for. The members of such a group (the same stage, the
+  // same items and host clock) that are equally fast reach its next collective at the same instant:
+  // it waits for nobody and joins their runs (`lockstep`, below). A compute task with dependencies,
+  // a pass's start (its receives are added later) or another group's collective ends it.
+  std::vector<unsigned> aligned(nranks, 0u);
   auto add_task_span = [&](int rank, int track, Time dur, std::span<const TaskId> deps, const Kernel* k,
                            Time release = Time::zero()) {
+    if (track == kCompute && !deps.empty()) aligned[std::size_t(rank)] = 0;
     const TaskId id = launch_next ? ex.add_launched(ranks[rank].streams[track], std::move(launch_next), deps)
                                   : ex.add(ranks[rank].streams[track], dur, deps);
     if (release > Time::zero()) ex.set_release(id, release);
@@ -1191,6 +1200,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       };
     }
     const TaskId id = add_task(rank, track, dur, one(b), k, release);
+    if (track == kCompute) aligned[std::size_t(rank)] = 1u << slot;
     info[id].comm = label;
     return id;
   };
@@ -1253,9 +1263,28 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     }
     return pos->second;
   };
+  // Whether the simulated ranks standing for a group's members are alike: the same slowdown, data
+  // loader and stalls (by classes, a group of several classes).
+  std::vector<std::array<std::int8_t, 7>> uniform_in(nranks, std::array<std::int8_t, 7>{-1, -1, -1, -1, -1, -1, -1});
+  auto uniform = [&](int rank, CommGroup g) {
+    std::int8_t& u = uniform_in[std::size_t(rank)][std::size_t(slot_of(g))];
+    if (u < 0) {
+      const std::vector<int> reps = reps_in(g, coords_of(rank));
+      u = std::all_of(reps.begin(), reps.end(), [&](int x) {
+            return slowdown[std::size_t(x)] == slowdown[std::size_t(rank)] &&
+                   loader_delay[std::size_t(x)] == loader_delay[std::size_t(rank)] && stalls[std::size_t(x)] == stalls[std::size_t(rank)];
+          })
+              ? 1
+              : 0;
+    }
+    return u == 1;
+  };
+  auto lockstep = [&](int rank, CommGroup g) {
+    return merging && by_class && !net && (aligned[std::size_t(rank)] >> slot_of(g) & 1u) != 0 && uniform(rank, g);
+  };
   // Whether a collective kernel joins the rank's run.
   auto joins = [&](int rank, const Kernel& k) {
-    if (!joins_run(rank, k.group)) return false;
+    if (!joins_run(rank, k.group)) return lockstep(rank, k.group);
     if (!net || group_size(k.group) <= 1) return true;
     return joined_batch(rank, k).ok;
   };
@@ -1366,6 +1395,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     const PlanItem& it = *kept;
     const std::span<const Kernel> kernels = it.kernels();
     TaskId first = 0, last = 0;
+    if (!first_deps.empty()) aligned[std::size_t(rank)] = 0;  // its first task waits for something
     if (kernels.empty()) {
       first = last = add_task_span(rank, kCompute, Time::zero(), first_deps, nullptr);
     } else {
@@ -1420,6 +1450,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         const bool coll = kernel.kind == KernelKind::collective;
         SCALEOUT_CHECK(kernel.launches >= 1 && (!coll || kernel.launches == 1), "a kernel launched repeatedly must be a compute kernel");
         const bool synced = coll && !joins(rank, kernel);  // a collective that waits for its group
+        // Another group's collective ends a lock-step (a barrier sets its own, in sync_task).
+        if (coll && !synced) aligned[std::size_t(rank)] &= 1u << slot_of(kernel.group);
         if (coll) {
           // The tape's kernels carry it (worked out for the stage the tape belongs to). On the
           // network a launched one lasts what its flows make of it (counted after the run).
@@ -1505,6 +1537,16 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   }
   auto& segments = tapes.segments;
   auto& seen_once = tapes.seen_once;  // stretches met once: recorded the second time
+  std::vector<int> lockable_mask(nranks, -1);  // by rank: the groups whose members are alike (`uniform`)
+  auto lockable = [&](int rank) {
+    int& mask = lockable_mask[std::size_t(rank)];
+    if (mask < 0) {
+      mask = 0;
+      for (CommGroup g : {CommGroup::tp, CommGroup::cp, CommGroup::ep})
+        if (group_size(g) > 1 && uniform(rank, g)) mask |= 1 << slot_of(g);
+    }
+    return unsigned(mask);
+  };
   std::vector<int> joining_mask(nranks, -1);  // by rank, worked out once (inside the passes)
   auto joining_groups = [&](int rank) {
     int& mask = joining_mask[std::size_t(rank)];
@@ -1664,6 +1706,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     std::map<std::pair<int, int>, ChunkPlanner::Pass> weight_passes;  // zero-bubble: (chunk, mb) -> W
     merging = !cfg.keep_trace;
     for (const Work& w : order) {
+      aligned[std::size_t(r)] = 0;
       Chunk& ch = rs.chunks[w.chunk];
       const std::int64_t vs = w.chunk * par.pp + s;
       ChunkPlanner::Pass pass_items;
@@ -1712,7 +1755,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         if (record_runs && !(runs[std::size_t(r)].open && last_on[r][kCompute] == runs[std::size_t(r)].task + 1) &&
             (started || !gather_params) && keeps_to_run(item)) {
           // A run opens here: replay its record, or emit it and record it.
-          const unsigned mask = joining_groups(r);
+          // (and which of its groups are in lock-step: their collectives join too)
+          const unsigned mask = joining_groups(r) | (by_class && !net ? (aligned[std::size_t(r)] & lockable(r)) << 8 : 0u);
           constexpr unsigned kGroupsOnTapes = 1u << int(CommGroup::tp) | 1u << int(CommGroup::cp) | 1u << int(CommGroup::ep);
           const int rank_part = net && (mask & kGroupsOnTapes) != 0 ? r : -1;
           const SegmentKey key{&item, slowdown[r], mask, rank_part};
@@ -1767,6 +1811,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
               rank_total(x.phase)[r] += x.dt;
             }
             if (q_of(r) == 0) res.kernels += rec.launches;
+            aligned[std::size_t(r)] &= rec.aligned_keep;
             // Its collectives joined the run (a record from an earlier round): their batches'
             // links must stay theirs in this round too.
             for (const Kernel* k : rec.joined) {
@@ -1792,6 +1837,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             rec.items = &items;
             rec.start = idx;
             rec.count = j - idx;
+
             rec.first_dt = kernel_dt(r, item.kernels()[0]);
             rec.first_launch = host_cost(item.phase);
             rec.host = host_clock[r] - host0;
@@ -1809,6 +1855,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
                 const std::int8_t comm = k.kind == KernelKind::collective ? std::int8_t(k.group) : std::int8_t(-1);
                 for (std::int32_t l = 0; l < k.launches; ++l) rec.sums.push_back({items[i].phase, dts, comm});
                 rec.launches += std::uint64_t(k.launches);
+                if (comm >= 0) rec.aligned_keep &= 1u << slot_of(k.group);
                 if (net && comm >= 0 && group_size(k.group) > 1 &&
                     std::none_of(rec.joined.begin(), rec.joined.end(), [&k](const Kernel* x) {
                       return x->group == k.group && x->coll == k.coll && x->bytes == k.bytes;

@@ -471,10 +471,19 @@ TEST_CASE("kernel runs folded into one task give exactly the per-kernel simulati
   moe["parallelism"] = {{"dp", 8}, {"pp", 2}, {"ep", 4}, {"pp_schedule", "interleaved"}, {"virtual_stages", 2}};
   moe["faults"] = {{"stragglers", {{{"gpu", 5}, {"slowdown", 1.2}}}}};
   plans.push_back({"moe-ep-straggler", moe});
+  // A straggler's replica and its TP peers are classes of their own, so most TP groups span two
+  // classes; where the two are equally fast and in lock-step (their group's last collective was a
+  // barrier, and nothing else came between) the next collective waits for nobody and joins.
+  Json tps = base();
+  tps["training"]["global_batch"] = 16;
+  tps["parallelism"] = {{"dp", 2}, {"tp", 2}, {"pp", 4}, {"pp_schedule", "gpipe"}, {"sequence_parallel", true}};
+  tps["faults"] = {{"stragglers", {{{"gpu", 9}, {"slowdown", 1.2}}}}};
+  plans.push_back({"tp-pp-straggler", tps});
   for (const auto& [name, j] : plans) {
     INFO(name);
     const auto [runs, kernels] = runs_and_kernels(j, 1e-12);
     if (name == "tp-cp") CHECK(runs * 20 < kernels);
+    if (name == "tp-pp-straggler") CHECK(runs * 4 < kernels);
   }
 }
 

@@ -4,7 +4,7 @@
 # summary. Session 7 wrote it for the classes of stragglers and link faults; session 9 ran it on
 # the flow network's run-time check of the classes (seed 41: 5,095 plans, none different).
 #
-#   python3 tools/check/fold_compare.py BUILD/scaleout SEED SECONDS
+#   python3 tools/check/fold_compare.py BUILD/scaleout SEED SECONDS [PATH=VALUE ...]
 #
 # Plans: 4-32 GPUs of 2-8 per node on a graph (one switch, fat tree or rails; 1, 2 or one NIC per
 # GPU), TP/PP/CP/DP/EP, 1F1B, GPipe or interleaved with async or blocking transfers, ZeRO 1-3,
@@ -15,6 +15,9 @@ from plans import random_plan, run_pair, compare
 BIN = sys.argv[1] if len(sys.argv) > 1 else 'build/scaleout'
 seed = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 budget = float(sys.argv[3]) if len(sys.argv) > 3 else 600
+# Further --set overrides for both runs, e.g. simulation.network=analytic (plans with link faults
+# then fail both ways and count as invalid).
+EXTRA = sys.argv[4:]
 rng = random.Random(seed)
 t0 = time.time()
 os.makedirs("/tmp/cc", exist_ok=True)
@@ -32,7 +35,7 @@ while time.time() - t0 < budget:
     par = sc['parallelism']
     f = '/tmp/cc/s%d_%d.json' % (seed, n)
     json.dump(sc, open(f, 'w'))
-    pair = run_pair(BIN, f, ['simulation.fold=on'], ['simulation.fold=off'])
+    pair = run_pair(BIN, f, ['simulation.fold=on'] + EXTRA, ['simulation.fold=off'] + EXTRA)
     if pair is None:
         stats['invalid'] += 1
         continue
