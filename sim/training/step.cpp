@@ -1053,7 +1053,22 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         if (link_owner.at(l) != owner) throw FlowJoinsClash{};
     }
   };
-  std::function<std::int64_t(int, CommGroup)> owner_of;  // set with joins_run, below
+  // Whether a simulated rank stands for every member of its group of kind g (every group, folded;
+  // by classes, a group all of its own class): its collectives wait for nothing but itself.
+  std::vector<std::array<std::int8_t, 7>> alone_in(nranks, std::array<std::int8_t, 7>{-1, -1, -1, -1, -1, -1, -1});
+  auto alone = [&](int rank, CommGroup g) {
+    std::int8_t& a = alone_in[std::size_t(rank)][std::size_t(slot_of(g))];
+    if (a < 0) {
+      if (group_size(g) <= 1 || plain_fold) a = 1;
+      else if (!by_class) a = 0;
+      else {
+        const std::vector<int> reps = reps_in(g, coords_of(rank));
+        a = std::all_of(reps.begin(), reps.end(), [rank](int x) { return x == rank; }) ? 1 : 0;
+      }
+    }
+    return a == 1;
+  };
+  auto owner_of = [&](int rank, CommGroup g) -> std::int64_t { return alone(rank, g) ? std::int64_t(rank) * 8 + slot_of(g) : -1; };
   ClassBatches class_batches;  // by class on the flow network: whose members a skew names
   // Flow-mode launchers: folded, one group's collective plus its shadows; unfolded, the group's
   // collective once every member's task has started.
@@ -1064,6 +1079,17 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // A rank launches the same collective (group, kind, size) over and over: its specs and its
   // shadows' are made once.
   std::map<std::tuple<int, int, int, double>, std::shared_ptr<const CollectiveBatch>> folded_specs;
+  auto folded_batch = [&](int rank, CommGroup g, CollectiveKind kind, double bytes) -> const std::shared_ptr<const CollectiveBatch>& {
+    auto& f = folded_specs[{rank, slot_of(g), int(kind), bytes}];
+    if (!f) {
+      const Coords c = coords_of(rank);
+      std::vector<int> mem = members_of(g, c);
+      std::vector<CollectiveSpec> batch{spec_of(kind, mem, bytes)};
+      for (const auto& sh : shadows_of(g, c, mem)) batch.push_back(spec_of(kind, sh, bytes));
+      f = prepare(batch, owner_of(rank, g));
+    }
+    return f;
+  };
 
   // Unfolded, a collective starts when every member of its group has reached it: a zero-length
   // barrier task per occurrence (the k-th collective of a group on each member) waits for the
@@ -1117,17 +1143,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     const std::uint8_t label = std::uint8_t(int(g) + 1);
     if (group_size(g) <= 1) return add_task(rank, track, dur, deps, k, release);
     if (plain_fold) {
-      if (net) {
-        auto& f = folded_specs[{rank, slot_of(g), int(kind), bytes}];
-        if (!f) {
-          const Coords c = coords_of(rank);
-          std::vector<int> mem = members_of(g, c);
-          std::vector<CollectiveSpec> batch{spec_of(kind, mem, bytes)};
-          for (const auto& sh : shadows_of(g, c, mem)) batch.push_back(spec_of(kind, sh, bytes));
-          f = prepare(batch, owner_of(rank, g));
-        }
-        launch_next = launch_folded(f);
-      }
+      if (net) launch_next = launch_folded(folded_batch(rank, g, kind, bytes));
       const TaskId id = add_task(rank, track, dur, deps, k, release);
       info[id].comm = label;
       return id;
@@ -1209,30 +1225,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // group, folded; by classes, a group all of one class) waits for nothing but its own rank: it is
   // a kernel of known length on the compute stream, and a run of kernels can take it in like any
   // other (a barrier of one, and a task of its own, were two tasks a collective for nothing).
-  std::vector<std::array<std::int8_t, 7>> alone_in(nranks, std::array<std::int8_t, 7>{-1, -1, -1, -1, -1, -1, -1});
   // On the flow network the same holds where the collective's flows have their links to themselves
   // (joined_batch, below): alone, a batch takes a fixed time, and leaves its links as it found them.
-  auto joins_run = [&](int rank, CommGroup g) {
-    if ((net && !flow_joins) || !merging) return false;
-    std::int8_t& a = alone_in[std::size_t(rank)][std::size_t(slot_of(g))];
-    if (a < 0) {
-      if (group_size(g) <= 1 || plain_fold) a = 1;
-      else if (!by_class) a = 0;
-      else {
-        const std::vector<int> reps = reps_in(g, coords_of(rank));
-        a = std::all_of(reps.begin(), reps.end(), [rank](int x) { return x == rank; }) ? 1 : 0;
-      }
-    }
-    return a == 1;
-  };
-  owner_of = [&](int rank, CommGroup g) -> std::int64_t {
-    const std::int8_t a = alone_in[std::size_t(rank)][std::size_t(slot_of(g))];
-    const bool alone = a >= 0 ? a == 1 : group_size(g) <= 1 || plain_fold || (by_class && [&] {
-      const std::vector<int> reps = reps_in(g, coords_of(rank));
-      return std::all_of(reps.begin(), reps.end(), [rank](int x) { return x == rank; });
-    }());
-    return alone ? std::int64_t(rank) * 8 + slot_of(g) : -1;
-  };
+  auto joins_run = [&](int rank, CommGroup g) { return !(net && !flow_joins) && merging && alone(rank, g); };
   // On the flow network: the batch a joining collective would launch (its group's, with the sibling
   // groups that run beside it), and how long it takes alone. `ok`: it ends all at once, leaving
   // its links free; otherwise the collective is launched on the network as before.
@@ -1247,16 +1242,10 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     auto [pos, fresh] = joined_batches.try_emplace({rank, slot, int(k.coll), k.bytes});
     if (fresh) {
       const Coords c = coords_of(rank);
-      std::vector<CollectiveSpec> specs;
-      if (plain_fold) {
-        const std::vector<int> mem = members_of(k.group, c);
-        specs.push_back(spec_of(k.coll, mem, k.bytes));
-        for (const auto& sh : shadows_of(k.group, c, mem)) specs.push_back(spec_of(k.coll, sh, k.bytes));
-      } else {
-        specs = group_specs(k.group, c, k.coll, k.bytes, reps_in(k.group, c));
-      }
       JoinedBatch& j = pos->second;
-      j.batch = prepare(specs, std::int64_t(rank) * 8 + slot);
+      // Folded, the batch a launched collective of the group would run (the same one).
+      j.batch = plain_fold ? folded_batch(rank, k.group, k.coll, k.bytes)
+                           : prepare(group_specs(k.group, c, k.coll, k.bytes, reps_in(k.group, c)), std::int64_t(rank) * 8 + slot);
       const AloneTiming t = batch_alone(*net, *j.batch);
       j.dt = t.first_end;
       j.ok = t.ends_together;
@@ -1871,7 +1860,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             }
             idx = j - 1;
             const auto made = segments.emplace(key, std::move(rec)).first;
-            tapes.alike.try_emplace(AlikeKey{run_content_hash(item), slowdown[r], mask, rank_part}, &made->second);
+            tapes.alike.try_emplace(content, &made->second);  // (its hash worked out above: no record, no alias)
           }
           if (!started) {
             first = g;
