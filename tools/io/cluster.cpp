@@ -67,7 +67,7 @@ std::string cluster_file(const std::string& name, const std::string& file, const
     return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
   }) && name.find("..") == std::string::npos;
   const fs::path p = fs::path(data_dir()) / "hardware/clusters" / (name + ".json");
-  if (!safe || !fs::exists(p)) {
+  if (!safe || !is_file(p.string())) {
     std::string known;
     for (const auto& n : cluster_names()) known += (known.empty() ? "" : ", ") + n;
     throw InputError(file, path, "unknown cluster \"" + name + "\" (known: " + known + ")");

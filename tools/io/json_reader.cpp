@@ -1,6 +1,7 @@
 #include "tools/io/json_reader.hpp"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -161,6 +162,11 @@ void JsonReader::ignore(const std::string& key) { read_.insert(key); }
 void JsonReader::finish() const {
   for (auto it = j_.begin(); it != j_.end(); ++it)
     if (!read_.count(it.key())) throw InputError(file_, path(it.key()), "unknown key");
+}
+
+bool is_file(const std::string& file) noexcept {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(file, ec);
 }
 
 Json load_json_file(const std::string& file) {

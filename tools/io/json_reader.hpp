@@ -59,6 +59,9 @@ class JsonReader {
 
 // Reads a JSON file; a syntax error names the file, line and column.
 Json load_json_file(const std::string& file);
+// Whether `file` names a regular file; a name the system refuses (too long, a component that is
+// not a directory, no permission) is not one, and never throws.
+bool is_file(const std::string& file) noexcept;
 std::string describe(const Json& j);
 
 }  // namespace scaleout

@@ -25,7 +25,7 @@ std::string zoo_file(const std::string& kind, const std::string& name, const std
     return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
   }) && name.find("..") == std::string::npos;
   const fs::path p = fs::path(data_dir()) / kind_folder(kind) / (name + ".json");
-  if (!safe || !fs::exists(p)) {
+  if (!safe || !is_file(p.string())) {
     std::string known;
     for (const auto& n : zoo_names(kind)) known += (known.empty() ? "" : ", ") + n;
     throw InputError(file, path, "unknown " + std::string(kind == "models" ? "model" : "GPU") + " \"" + name +
@@ -292,7 +292,7 @@ ComputeProfile parse_profile(const Json& j, const std::string& file, const std::
 
 ComputeProfile default_profile_for(const GpuSpec& gpu) {
   const fs::path p = fs::path(data_dir()) / "hardware/profiles" / (gpu.name + ".json");
-  if (fs::exists(p)) return parse_profile(load_json_file(p.string()), p.string(), "", gpu);
+  if (is_file(p.string())) return parse_profile(load_json_file(p.string()), p.string(), "", gpu);
   return default_profile(gpu);
 }
 
@@ -456,7 +456,7 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
     const std::string t = c.string("topology");
     const auto rel = std::filesystem::path(file).parent_path() / t;
     try {
-      topo = load_cluster(std::filesystem::exists(rel) && rel.extension() == ".json" ? rel.string() : t);
+      topo = load_cluster(is_file(rel.string()) && rel.extension() == ".json" ? rel.string() : t);
     } catch (const InputError& e) {
       c.fail("topology", e.what());
     }
@@ -505,7 +505,7 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
   else if (prof == "datasheet") s.profile = default_profile(s.gpu);
   else {
     const auto p = (std::filesystem::path(file).parent_path() / prof).string();
-    if (!std::filesystem::exists(p)) c.fail("profile", "expected \"auto\", \"datasheet\" or a profile file; \"" + p + "\" does not exist");
+    if (!is_file(p)) c.fail("profile", "expected \"auto\", \"datasheet\" or a profile file; \"" + p + "\" does not exist");
     s.profile = parse_profile(load_json_file(p), p, "", s.gpu);
   }
   c.finish();

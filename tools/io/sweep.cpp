@@ -165,7 +165,7 @@ Sweep parse_sweep(const std::string& text, const std::string& file) {
   const Json& base = r.raw("base");
   if (base.is_string()) {
     const fs::path p = (fs::path(file).parent_path() / base.get<std::string>()).lexically_normal();
-    if (!fs::is_regular_file(p))
+    if (!is_file(p.string()))
       r.fail("base",
              "cannot open the scenario file \"" + p.string() + "\" (a base file is relative to the sweep file)");
     s.base = load_json_file(p.string());
