@@ -17,6 +17,7 @@ FlowNetwork::FlowNetwork(Simulator& sim, const Topology& topo) : sim_(sim), topo
   version_.resize(n);
   link_stamp_.resize(n);
   dirty_stamp_.resize(n);
+  solo_stamp_.resize(n);
   link_res_.resize(n);
 }
 
@@ -122,12 +123,18 @@ void FlowNetwork::request_solve() {
   sim_.schedule_in(Time::zero(), [this] { solve(); }, kSolvePriority);
 }
 
+namespace {
+// Up to this many shared links a solve scans them each round rather than keep a heap.
+constexpr std::size_t kScanLinks = 64;
+}  // namespace
+
 void FlowNetwork::freeze(std::uint32_t f, double rate) {
   next_rate_[f] = rate;
   flows_[f].stamp = epoch_ | 0x80000000u;  // frozen in this solve
   for (LinkId l : flow_links_[f]) {
+    if (solo_stamp_[l] == epoch_) continue;
     rem_[l] -= rate;
-    if (--weight_[l] > 0) {
+    if (--weight_[l] > 0 && use_heap_) {
       ++version_[l];
       heap_.push_back(HeapEntry{std::max(rem_[l], 0.0) / weight_[l], l, version_[l]});
       std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
@@ -144,6 +151,7 @@ void FlowNetwork::solve() {
   if (epoch_ == 0) {
     for (Flow& f : flows_) f.stamp = 0;
     std::fill(link_stamp_.begin(), link_stamp_.end(), 0u);
+    std::fill(solo_stamp_.begin(), solo_stamp_.end(), 0u);
     epoch_ = 1;
   }
   // The connected component of the changed links: flows on them, their links, and so on.
@@ -173,37 +181,87 @@ void FlowNetwork::solve() {
   }
   if (comp_flows_.empty()) return;
 
-  // Progressive filling over the component.
-  heap_.clear();
+  // Progressive filling over the component. A link that one flow alone crosses (most hops of a
+  // ring's path) bounds that flow only: it is a cap on the flow's rate (capacity / crossings, the
+  // share it would have in the heap) and stays out of the heap.
+  // The links several flows share are few in most components (a ring's path is mostly its own):
+  // then each round scans them for the lowest share; many, and a heap keeps them in order (each
+  // change pushes the link again, stale entries are skipped). Both pick the lowest (share, link).
+  shared_.clear();
   for (LinkId l : comp_links_) {
+    const auto& on = on_link_[l];
+    if (on.empty()) continue;
+    if (std::all_of(on.begin() + 1, on.end(), [f = on.front()](std::uint32_t x) { return x == f; })) {
+      solo_stamp_[l] = epoch_;
+      continue;
+    }
     rem_[l] = capacity_[l];
-    weight_[l] = std::uint32_t(on_link_[l].size());
-    ++version_[l];
-    if (weight_[l] > 0) heap_.push_back(HeapEntry{rem_[l] / weight_[l], l, version_[l]});
+    weight_[l] = std::uint32_t(on.size());
+    shared_.push_back(l);
   }
-  std::make_heap(heap_.begin(), heap_.end(), std::greater<>());
+  use_heap_ = shared_.size() > kScanLinks;
+  heap_.clear();
+  if (use_heap_) {
+    for (LinkId l : shared_) heap_.push_back(HeapEntry{rem_[l] / weight_[l], l, ++version_[l]});
+    std::make_heap(heap_.begin(), heap_.end(), std::greater<>());
+  }
   caps_.clear();
-  for (std::uint32_t f : comp_flows_)
-    if (flows_[f].cap < kNoCap) caps_.emplace_back(flows_[f].cap, f);
+  for (std::uint32_t f : comp_flows_) {
+    double cap = flows_[f].cap;
+    bool solo = false;
+    for (LinkId l : flow_links_[f])
+      if (solo_stamp_[l] == epoch_) {
+        solo = true;
+        cap = std::min(cap, capacity_[l] / double(on_link_[l].size()));
+      }
+    if (cap < kNoCap || solo) caps_.emplace_back(cap, f);
+  }
   std::sort(caps_.begin(), caps_.end());
   const std::uint32_t frozen = epoch_ | 0x80000000u;
   std::size_t unfrozen = comp_flows_.size(), next_cap = 0;
   while (unfrozen > 0) {
-    while (!heap_.empty() && (heap_.front().version != version_[heap_.front().link] || weight_[heap_.front().link] == 0)) {
-      std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
-      heap_.pop_back();
+    // The link of the lowest share (ties: the lowest id), if any.
+    LinkId l = 0;
+    double share = kNoCap;
+    bool found = false;
+    if (use_heap_) {
+      while (!heap_.empty() && (heap_.front().version != version_[heap_.front().link] || weight_[heap_.front().link] == 0)) {
+        std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
+        heap_.pop_back();
+      }
+      if (!heap_.empty()) {
+        found = true;
+        l = heap_.front().link;
+        share = heap_.front().share;
+      }
+    } else {
+      for (std::size_t i = 0; i < shared_.size();) {
+        const LinkId x = shared_[i];
+        if (weight_[x] == 0) {  // all its flows are frozen
+          shared_[i] = shared_.back();
+          shared_.pop_back();
+          continue;
+        }
+        const double sx = std::max(rem_[x], 0.0) / weight_[x];
+        if (!found || sx < share || (sx == share && x < l)) {
+          found = true;
+          share = sx;
+          l = x;
+        }
+        ++i;
+      }
     }
     while (next_cap < caps_.size() && flows_[caps_[next_cap].second].stamp == frozen) ++next_cap;
-    const double share = heap_.empty() ? kNoCap : heap_.front().share;
     if (next_cap < caps_.size() && caps_[next_cap].first <= share) {
       freeze(caps_[next_cap].second, caps_[next_cap].first);
       --unfrozen;
       continue;
     }
-    SCALEOUT_CHECK(!heap_.empty(), "flow network: unfrozen flows without links");
-    const LinkId l = heap_.front().link;
-    std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
-    heap_.pop_back();
+    SCALEOUT_CHECK(found, "flow network: unfrozen flows without links");
+    if (use_heap_) {
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
+      heap_.pop_back();
+    }
     // Copy: freezing edits weights, not membership, so the list is stable; index to be safe.
     for (std::size_t i = 0; i < on_link_[l].size(); ++i) {
       const std::uint32_t f = on_link_[l][i];

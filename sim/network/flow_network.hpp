@@ -166,12 +166,14 @@ class FlowNetwork {
 
   // Solver scratch, sized once.
   std::vector<double> rem_;
-  std::vector<std::uint32_t> weight_, version_, link_stamp_, dirty_stamp_;
+  std::vector<std::uint32_t> weight_, version_, link_stamp_, dirty_stamp_, solo_stamp_;
   std::vector<double> next_rate_;
   std::vector<LinkId> dirty_, comp_links_;
   std::vector<std::uint32_t> comp_flows_;
   std::vector<std::pair<double, std::uint32_t>> caps_;
   std::vector<HeapEntry> heap_;
+  std::vector<LinkId> shared_;  // the component's links of several flows, when few: scanned, not heaped
+  bool use_heap_ = false;
   std::vector<LinkId> route_;
   std::uint32_t epoch_ = 0, dirty_epoch_ = 1;
   bool solve_pending_ = false;
