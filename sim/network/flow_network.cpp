@@ -34,6 +34,11 @@ std::uint32_t FlowNetwork::new_flow(std::span<const LinkId> links, double remain
   f.state = state;
   flow_links_[s].assign(links.begin(), links.end());
   done_[s] = std::move(done);
+  flow_watched_[s] = 0;
+  if (watching_ && state == State::active) {
+    flow_start_[s] = sim_.now();
+    flow_watched_[s] = std::any_of(links.begin(), links.end(), [this](LinkId l) { return l < watchers_.size() && !watchers_[l].empty(); });
+  }
   ++started_;
   ++active_;
   return s;
@@ -49,6 +54,8 @@ std::uint32_t FlowNetwork::allocate() {
   flow_links_.emplace_back();
   done_.emplace_back();
   next_rate_.push_back(0);
+  flow_start_.emplace_back();
+  flow_watched_.push_back(0);
   return std::uint32_t(flows_.size() - 1);
 }
 
@@ -301,6 +308,7 @@ void FlowNetwork::drained(std::uint32_t s, std::uint32_t gen) {
     mark(l);
   }
   request_solve();
+  if (flow_watched_[s]) tell_watchers(flow_links_[s], flow_start_[s], sim_.now());
   f.state = State::delivering;
   last_drained_ = max(last_drained_, sim_.now());
   schedule_flow(s, sim_.now() + f.latency, true);
@@ -379,6 +387,7 @@ void FlowNetwork::reserve(std::span<const LinkId> links, Time until, std::functi
     SCALEOUT_CHECK(l < link_res_.size(), "flow network: unknown link");
     link_res_[l] = {slot, r.generation, until};
   }
+  if (watching_) tell_watchers(links, now, until);
   res_expiry_.emplace_back(until, slot, r.generation);
   std::push_heap(res_expiry_.begin(), res_expiry_.end(), std::greater<>());
 }
@@ -390,6 +399,32 @@ void FlowNetwork::evict_reservations(std::span<const LinkId> links) {
     auto evict = std::move(reservations_[slot].evict);
     free_reservation(slot);
     if (evict) evict();
+  }
+}
+
+void FlowNetwork::watch(std::span<const LinkId> links, std::uint32_t who) {
+  if (watchers_.empty()) watchers_.resize(capacity_.size());
+  if (busy_.size() <= who) busy_.resize(std::size_t(who) + 1);
+  watching_ = true;
+  for (LinkId l : links) {
+    SCALEOUT_CHECK(l < watchers_.size(), "flow network: unknown link");
+    auto& w = watchers_[l];
+    if (std::find(w.begin(), w.end(), who) == w.end()) w.push_back(who);
+  }
+}
+
+const std::vector<std::pair<Time, Time>>& FlowNetwork::busy(std::uint32_t who) const {
+  static const std::vector<std::pair<Time, Time>> none;
+  return who < busy_.size() ? busy_[who] : none;
+}
+
+void FlowNetwork::tell_watchers(std::span<const LinkId> links, Time from, Time to) {
+  for (LinkId l : links) {
+    if (l >= watchers_.size()) continue;
+    for (std::uint32_t who : watchers_[l]) {
+      auto& b = busy_[who];
+      if (b.empty() || b.back() != std::make_pair(from, to)) b.emplace_back(from, to);
+    }
   }
 }
 

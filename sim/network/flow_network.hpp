@@ -88,6 +88,13 @@ class FlowNetwork {
   // Sets the network and its simulator back to time zero; only when nothing is left to run.
   void rewind();
 
+  // Watching links: each flow on a watched link, from its start (or adoption) until its last byte
+  // leaves, and each reservation of one, until it lapses, is an interval the link's watchers are
+  // told of (busy()). For callers that assumed some links idle at some times, to check it after.
+  void watch(std::span<const LinkId> links, std::uint32_t who);
+  // The intervals `who` was told of, in the order they ended (a flow) or began (a reservation).
+  const std::vector<std::pair<Time, Time>>& busy(std::uint32_t who) const;
+
   // Objects that must live as long as their flows (a collective's plan): held until released.
   void hold(std::shared_ptr<void> owner) { held_.push_back(std::move(owner)); }
   void release(const void* owner);
@@ -145,6 +152,13 @@ class FlowNetwork {
     Time until;
     bool live = false;
   };
+  void tell_watchers(std::span<const LinkId> links, Time from, Time to);
+  std::vector<std::vector<std::uint32_t>> watchers_;  // by link; empty until watch()
+  std::vector<std::vector<std::pair<Time, Time>>> busy_;  // by watcher
+  std::vector<Time> flow_start_;     // by slot, when watching: when the flow came onto its links
+  std::vector<char> flow_watched_;   // by slot: it crosses a watched link
+  bool watching_ = false;
+
   std::vector<LinkReservation> link_res_;
   std::vector<Reservation> reservations_;
   std::vector<std::uint32_t> free_res_;

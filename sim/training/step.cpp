@@ -178,7 +178,13 @@ struct Segment {
   std::vector<Sum> sums;  // each kernel's time, in order, for the phase, rank and comm totals
   std::vector<RunChange> changes;
   InstantGroup open_group;  // the run's last instant, still gathering (when open)
-  std::vector<const Kernel*> joined;  // flow network: its collectives, one per (group, kind, size)
+  // Flow network: its collectives, where each starts in the run (the floor from the clock at the
+  // start) and how long it takes (see Claim in simulate_step_round).
+  struct Claimed {
+    const Kernel* kernel;
+    Time offset, floor, dt;
+  };
+  std::vector<Claimed> claims;
   unsigned aligned_keep = ~0u;        // what its collectives leave of the rank's lock-steps (`aligned`)
 };
 // By the stretch's first item, the GPU's slowdown and which of its groups' collectives join its
@@ -241,8 +247,12 @@ struct TapeCache {
   std::map<const Tape*, std::shared_ptr<ChunkPlanner::Book>> books;
   std::vector<int> classes;  // the symmetry classes the step simulates (refined by the rounds that split)
   bool split = false;        // a round found classes that do not hold: simulate again with `classes`
-  // On the flow network, collectives join runs where their links are their own; a round that found
-  // other traffic on such links turns that off for the step's later rounds.
+  // On the flow network a collective joins its rank's run where nothing else crossed its batch's
+  // links while it ran: a round that finds other traffic there stops its group's collectives
+  // joining from that pass on (by kind and the classes standing for the group's members; from the
+  // pass, in its ranks' order), and the step is simulated again. Past a few such rounds, none joins.
+  std::map<std::pair<int, std::vector<int>>, std::int64_t> join_until;
+  int join_rounds = 0;
   bool flow_joins_off = false;
   // simulate_step_round's records of runs, kept across rounds (with what they were recorded under).
   std::map<SegmentKey, Segment> segments;
@@ -254,10 +264,6 @@ struct TapeCache {
   std::vector<int> records_classes;
   bool records_track_memory = true, records_flow_joins_off = false;
 };
-
-// Thrown while a step's graph is built on the flow network when a collective that joined a run
-// turns out to share its links (simulate_step_round's `prepare`).
-struct FlowJoinsClash {};
 
 struct RankState {
   StreamId streams[5];
@@ -900,12 +906,13 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
 
   StreamExecutor::Launcher launch_next;  // set just before add_task: the task is started by it
   // `release`: not before (the kernel's launch by the host thread).
-  // By classes on the analytic network, which of a rank's groups are in lock-step (bit: slot): the
-  // group's last collective was a barrier of its members, and since then each of them has run the
-  // same items with nothing else to wait for. The members of such a group (the same stage, the
-  // same items and host clock) that are equally fast reach its next collective at the same instant:
-  // it waits for nobody and joins their runs (`lockstep`, below). A compute task with dependencies,
-  // a pass's start (its receives are added later) or another group's collective ends it.
+  // By classes, which of a rank's groups are in lock-step (bit: slot): the group's last collective
+  // was a barrier of its members (on the flow network too: one batch ends their tasks at once),
+  // and since then each of them has run the same items with nothing else to wait for. The members
+  // of such a group (the same stage, the same items and host clock) that are equally fast reach its
+  // next collective at the same instant: it waits for nobody and joins their runs (`lockstep`,
+  // below; on the flow network, where its batch has its links to itself). A compute task with
+  // dependencies, a pass's start (its receives are added later) or another group's collective ends it.
   std::vector<unsigned> aligned(nranks, 0u);
   auto add_task_span = [&](int rank, int track, Time dur, std::span<const TaskId> deps, const Kernel* k,
                            Time release = Time::zero()) {
@@ -1016,43 +1023,30 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     }
     return specs;
   };
-  // Every batch the step plans, with who launches it: a simulated rank's group kind (rank * 8 +
-  // slot) when the rank stands for the whole group, so that its collectives follow one another on
-  // its compute stream; -1 for the rest (transfers, groups of several classes). Collectives that
-  // join runs (below) assume their links carry nothing else: checked against this list.
-  // Each link records the one owner whose batches cross it, or -2 once several do; a link of an
-  // owner whose collectives joined runs that another owner's batch crosses, or a joining owner's
-  // batch that does not end all at once, ends the round (FlowJoinsClash): the step is simulated
-  // again with every collective launched on the network. Most such layouts show it at a rank's
-  // first micro-batch (a GPU's NVLink port that carries its pipeline sends as well).
+  // On the flow network a collective that joins a run assumes its batch has its links to itself
+  // while it runs: it takes the batch's time alone. Each one leaves a claim (its links, when it
+  // starts in its run, how long it takes); once the step has run, the claims are checked against
+  // the traffic that crossed those links (FlowNetwork::watch) and against each other's, and a group
+  // whose claim met other traffic stops joining from that claim's pass on, in a new round
+  // (tapes.join_until). The step a round accepts is the one simulating every collective as flows
+  // gives: each joined batch ran on links nothing else used, as it would have alone.
   const bool flow_joins = net && net->apart() && !tapes.flow_joins_off && !cfg.keep_trace;
-  std::unordered_map<LinkId, std::int64_t> link_owner;
-  std::map<std::int64_t, std::vector<std::shared_ptr<const CollectiveBatch>>> owned;  // by owner (>= 0)
-  std::set<std::int64_t> joined_owners;  // owners whose collectives joined a run
-  auto ends_apart = [&](const CollectiveBatch& b) { return !batch_alone(*net, b).ends_together; };
-  auto prepare = [&](const std::vector<CollectiveSpec>& specs, std::int64_t owner) {
-    auto b = prepare_collectives(*net, specs);
-    if (!flow_joins) return b;
-    const bool joined = joined_owners.count(owner) > 0;
-    if (joined && ends_apart(*b)) throw FlowJoinsClash{};
-    for (const LinkId l : batch_links(*b)) {
-      const auto [it, fresh] = link_owner.try_emplace(l, owner);
-      if (fresh || it->second == owner) continue;
-      if (joined || joined_owners.count(it->second)) throw FlowJoinsClash{};
-      it->second = -2;
-    }
-    if (owner >= 0) owned[owner].push_back(b);
-    return b;
+  auto prepare = [&](const std::vector<CollectiveSpec>& specs, std::int64_t) { return prepare_collectives(*net, specs); };
+  struct Claim {
+    const Kernel* kernel;
+    TaskId task;
+    std::uint32_t who;  // index into claim_batches
+    std::int32_t pass;  // its rank's pass, in order
+    Time offset, floor, dt;  // it starts at max(the task's start + offset, floor)
   };
-  // The first collective of `owner` to join a run: its batches so far must keep to their links.
-  auto join_owner = [&](std::int64_t owner) {
-    if (!joined_owners.insert(owner).second) return;
-    for (const auto& b : owned[owner]) {
-      if (ends_apart(*b)) throw FlowJoinsClash{};
-      for (const LinkId l : batch_links(*b))
-        if (link_owner.at(l) != owner) throw FlowJoinsClash{};
-    }
+  std::vector<Claim> claims;
+  std::map<std::int64_t, std::uint32_t> claim_index;                           // owner -> who
+  struct Claimant {
+    std::pair<int, std::vector<int>> key;  // as tapes.join_until's
+    std::vector<const CollectiveBatch*> batches;
   };
+  std::vector<Claimant> claim_batches;  // by who
+  std::vector<std::int32_t> pass_no(nranks, 0);
   // Whether a simulated rank stands for every member of its group of kind g (every group, folded;
   // by classes, a group all of its own class): its collectives wait for nothing but itself.
   std::vector<std::array<std::int8_t, 7>> alone_in(nranks, std::array<std::int8_t, 7>{-1, -1, -1, -1, -1, -1, -1});
@@ -1068,7 +1062,25 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     }
     return a == 1;
   };
-  auto owner_of = [&](int rank, CommGroup g) -> std::int64_t { return alone(rank, g) ? std::int64_t(rank) * 8 + slot_of(g) : -1; };
+  // A group's owner: the rank that stands for the whole group (rank * 8 + slot); by classes, a
+  // group of several classes is owned by its members' classes together (one number past the
+  // ranks' for each set of classes and kind; its sibling groups, the same classes, share it). A
+  // group's collectives follow one another, whoever launches them.
+  std::vector<std::array<std::int64_t, 7>> owner_in(nranks, std::array<std::int64_t, 7>{-2, -2, -2, -2, -2, -2, -2});
+  std::map<std::pair<int, std::vector<int>>, std::int64_t> class_owners;
+  auto owner_of = [&](int rank, CommGroup g) -> std::int64_t {
+    std::int64_t& o = owner_in[std::size_t(rank)][std::size_t(slot_of(g))];
+    if (o == -2) {
+      if (alone(rank, g)) o = std::int64_t(rank) * 8 + slot_of(g);
+      else if (!by_class) o = -1;
+      else {
+        const auto [it, fresh] = class_owners.try_emplace({slot_of(g), reps_in(g, coords_of(rank))},
+                                                          std::int64_t(nranks) + std::int64_t(class_owners.size()));
+        o = it->second * 8 + slot_of(g);
+      }
+    }
+    return o;
+  };
   ClassBatches class_batches;  // by class on the flow network: whose members a skew names
   // Flow-mode launchers: folded, one group's collective plus its shadows; unfolded, the group's
   // collective once every member's task has started.
@@ -1227,7 +1239,18 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // other (a barrier of one, and a task of its own, were two tasks a collective for nothing).
   // On the flow network the same holds where the collective's flows have their links to themselves
   // (joined_batch, below): alone, a batch takes a fixed time, and leaves its links as it found them.
-  auto joins_run = [&](int rank, CommGroup g) { return !(net && !flow_joins) && merging && alone(rank, g); };
+  // From which of its passes a rank's group kind no longer joins (tapes.join_until), by rank.
+  std::vector<std::array<std::int64_t, 7>> join_until_in(nranks, std::array<std::int64_t, 7>{-1, -1, -1, -1, -1, -1, -1});
+  auto barred = [&](int rank, CommGroup g) {
+    if (tapes.join_until.empty() || !net) return false;
+    std::int64_t& u = join_until_in[std::size_t(rank)][std::size_t(slot_of(g))];
+    if (u < 0) {
+      const auto found = tapes.join_until.find({slot_of(g), reps_in(g, coords_of(rank))});
+      u = found == tapes.join_until.end() ? std::numeric_limits<std::int64_t>::max() : found->second;
+    }
+    return pass_no[std::size_t(rank)] >= u;
+  };
+  auto joins_run = [&](int rank, CommGroup g) { return !(net && !flow_joins) && merging && alone(rank, g) && !barred(rank, g); };
   // On the flow network: the batch a joining collective would launch (its group's, with the sibling
   // groups that run beside it), and how long it takes alone. `ok`: it ends all at once, leaving
   // its links free; otherwise the collective is launched on the network as before.
@@ -1236,16 +1259,16 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     Time dt;
     bool ok = false;
   };
-  std::map<std::tuple<int, int, int, double>, JoinedBatch> joined_batches;  // (rank, slot, kind, bytes)
+  std::map<std::tuple<std::int64_t, int, double>, JoinedBatch> joined_batches;  // (owner, kind, bytes)
   auto joined_batch = [&](int rank, const Kernel& k) -> const JoinedBatch& {
-    const int slot = slot_of(k.group);
-    auto [pos, fresh] = joined_batches.try_emplace({rank, slot, int(k.coll), k.bytes});
+    const std::int64_t owner = owner_of(rank, k.group);
+    auto [pos, fresh] = joined_batches.try_emplace({owner, int(k.coll), k.bytes});
     if (fresh) {
       const Coords c = coords_of(rank);
       JoinedBatch& j = pos->second;
       // Folded, the batch a launched collective of the group would run (the same one).
       j.batch = plain_fold ? folded_batch(rank, k.group, k.coll, k.bytes)
-                           : prepare(group_specs(k.group, c, k.coll, k.bytes, reps_in(k.group, c)), std::int64_t(rank) * 8 + slot);
+                           : prepare(group_specs(k.group, c, k.coll, k.bytes, reps_in(k.group, c)), owner);
       const AloneTiming t = batch_alone(*net, *j.batch);
       j.dt = t.first_end;
       j.ok = t.ends_together;
@@ -1268,24 +1291,35 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     }
     return u == 1;
   };
+  // On the flow network, as a collective of a group of one class: where its batch has its links
+  // to itself (the group's owner's).
+  auto locksteps = [&] { return merging && by_class && (!net || flow_joins); };
   auto lockstep = [&](int rank, CommGroup g) {
-    return merging && by_class && !net && (aligned[std::size_t(rank)] >> slot_of(g) & 1u) != 0 && uniform(rank, g);
+    return locksteps() && (aligned[std::size_t(rank)] >> slot_of(g) & 1u) != 0 && uniform(rank, g) && !barred(rank, g);
   };
   // Whether a collective kernel joins the rank's run.
   auto joins = [&](int rank, const Kernel& k) {
-    if (!joins_run(rank, k.group)) return lockstep(rank, k.group);
+    if (!joins_run(rank, k.group) && !lockstep(rank, k.group)) return false;
     if (!net || group_size(k.group) <= 1) return true;
     return joined_batch(rank, k).ok;
   };
   // Its length (the rank's total it adds to: comm_total, below).
   auto collective_dt = [&](int rank, const Kernel& kernel) {
     if (net && group_size(kernel.group) > 1 && joins(rank, kernel)) {
-      const Time dt = joined_batch(rank, kernel).dt;
-      join_owner(std::int64_t(rank) * 8 + slot_of(kernel.group));
-      return dt;
+      return joined_batch(rank, kernel).dt;
     }
     return Time::from_seconds(kernel.seconds >= 0 ? kernel.seconds
                                                   : collective_time(cfg, kernel.coll, kernel.group, kernel.bytes, stage_of(rank)));
+  };
+  // A joined collective's claim (see Claim).
+  auto claim = [&](int rank, const Kernel& kernel, TaskId task, Time offset, Time floor, Time dt) {
+    const JoinedBatch& j = joined_batch(rank, kernel);
+    const std::int64_t owner = owner_of(rank, kernel.group);
+    const auto [it, fresh] = claim_index.try_emplace(owner, std::uint32_t(claim_batches.size()));
+    if (fresh) claim_batches.push_back({{slot_of(kernel.group), reps_in(kernel.group, coords_of(rank))}, {}});
+    auto& batches = claim_batches[it->second].batches;
+    if (std::find(batches.begin(), batches.end(), j.batch.get()) == batches.end()) batches.push_back(j.batch.get());
+    claims.push_back({&kernel, task, it->second, pass_no[std::size_t(rank)], offset, floor, dt});
   };
 
   // Build each stage's chunks.
@@ -1477,6 +1511,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             op_floor = launched;
           }
           const bool in_run = merging && !synced;
+          if (coll && in_run && net && group_size(kernel.group) > 1) claim(rank, kernel, g, op_busy, op_floor, dt);
           if (first_launch && !it.allocs.empty()) {
             if (in_run)
               for (const MemOp& mo : it.allocs) run_op(g, op_busy, op_floor, mo, true);
@@ -1532,7 +1567,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     if (mask < 0) {
       mask = 0;
       for (CommGroup g : {CommGroup::tp, CommGroup::cp, CommGroup::ep})
-        if (group_size(g) > 1 && uniform(rank, g)) mask |= 1 << slot_of(g);
+        if (group_size(g) > 1 && uniform(rank, g) && !barred(rank, g)) mask |= 1 << slot_of(g);
     }
     return unsigned(mask);
   };
@@ -1696,6 +1731,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     merging = !cfg.keep_trace;
     for (const Work& w : order) {
       aligned[std::size_t(r)] = 0;
+      ++pass_no[std::size_t(r)];
+      if (!tapes.join_until.empty()) joining_mask[std::size_t(r)] = lockable_mask[std::size_t(r)] = -1;  // (`barred`)
       Chunk& ch = rs.chunks[w.chunk];
       const std::int64_t vs = w.chunk * par.pp + s;
       ChunkPlanner::Pass pass_items;
@@ -1745,9 +1782,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             (started || !gather_params) && keeps_to_run(item)) {
           // A run opens here: replay its record, or emit it and record it.
           // (and which of its groups are in lock-step: their collectives join too)
-          const unsigned mask = joining_groups(r) | (by_class && !net ? (aligned[std::size_t(r)] & lockable(r)) << 8 : 0u);
+          const unsigned mask = joining_groups(r) | (locksteps() ? (aligned[std::size_t(r)] & lockable(r)) << 8 : 0u);
           constexpr unsigned kGroupsOnTapes = 1u << int(CommGroup::tp) | 1u << int(CommGroup::cp) | 1u << int(CommGroup::ep);
-          const int rank_part = net && (mask & kGroupsOnTapes) != 0 ? r : -1;
+          const int rank_part = net && ((mask | mask >> 8) & kGroupsOnTapes) != 0 ? r : -1;
           const SegmentKey key{&item, slowdown[r], mask, rank_part};
           flush_group();  // the last run's changes first (its instant cannot gather this run's)
           const Time host0 = host_clock[r];
@@ -1801,12 +1838,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             }
             if (q_of(r) == 0) res.kernels += rec.launches;
             aligned[std::size_t(r)] &= rec.aligned_keep;
-            // Its collectives joined the run (a record from an earlier round): their batches'
-            // links must stay theirs in this round too.
-            for (const Kernel* k : rec.joined) {
-              joined_batch(r, *k);
-              join_owner(std::int64_t(r) * 8 + slot_of(k->group));
-            }
+            for (const Segment::Claimed& c : rec.claims)
+              claim(r, *c.kernel, g, c.offset, c.floor > Time::zero() ? c.floor + host0 : Time::zero(), c.dt);
             run_ops.refer(g, rec.changes, host0);
             if (rec.open_group.open) {
               group = rec.open_group;
@@ -1817,7 +1850,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           } else {
             Segment rec;
             rec.pin = pass_items;
-            const std::size_t c0 = run_ops.size();
+            const std::size_t c0 = run_ops.size(), claims0 = claims.size();
             std::size_t j = idx;
             g = emit(r, item, {}).first;
             for (++j; j < items.size() && keeps_to_run(items[j]); ++j) emit(r, items[j], {});
@@ -1827,7 +1860,15 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             rec.start = idx;
             rec.count = j - idx;
 
-            rec.first_dt = kernel_dt(r, item.kernels()[0]);
+            // A collective's length is the one it joined with (its claim, on the flow network:
+            // whether it joins, a lock-step, is not to be asked again after the stretch).
+            std::size_t ci = claims0;
+            auto dt_of = [&](const Kernel& k) {
+              if (ci < claims.size() && k.kind == KernelKind::collective && net && group_size(k.group) > 1) return claims[ci++].dt;
+              return kernel_dt(r, k);
+            };
+            rec.first_dt = dt_of(item.kernels()[0]);
+            ci = claims0;
             rec.first_launch = host_cost(item.phase);
             rec.host = host_clock[r] - host0;
             rec.busy = run.busy;
@@ -1840,17 +1881,17 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             rec.changes.reserve(run_ops.size() - c0);
             for (std::size_t i = idx; i < j; ++i)
               for (const Kernel& k : items[i].kernels()) {
-                const double dts = kernel_dt(r, k).seconds();
+                const double dts = dt_of(k).seconds();
                 const std::int8_t comm = k.kind == KernelKind::collective ? std::int8_t(k.group) : std::int8_t(-1);
                 for (std::int32_t l = 0; l < k.launches; ++l) rec.sums.push_back({items[i].phase, dts, comm});
                 rec.launches += std::uint64_t(k.launches);
                 if (comm >= 0) rec.aligned_keep &= 1u << slot_of(k.group);
-                if (net && comm >= 0 && group_size(k.group) > 1 &&
-                    std::none_of(rec.joined.begin(), rec.joined.end(), [&k](const Kernel* x) {
-                      return x->group == k.group && x->coll == k.coll && x->bytes == k.bytes;
-                    }))
-                  rec.joined.push_back(&k);
               }
+            SCALEOUT_CHECK(ci == claims.size(), "a recorded run's collectives did not all join it");
+            for (std::size_t i = claims0; i < claims.size(); ++i) {
+              const Claim& c = claims[i];
+              rec.claims.push_back({c.kernel, c.offset, c.floor > Time::zero() ? c.floor - host0 : Time::zero(), c.dt});
+            }
             run_ops.for_range(std::uint32_t(c0), std::uint32_t(run_ops.size()), [&](MemCategory c, double bytes, Time offset, Time floor) {
               rec.changes.push_back({offset, floor > Time::zero() ? floor - host0 : Time::zero(), bytes, c});
             });
@@ -2125,6 +2166,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     });
   for (int r = 0; r < nranks; ++r) seal(r);  // the runs still open get their durations
   flush_group();
+  for (std::uint32_t w = 0; w < claim_batches.size(); ++w)
+    for (const CollectiveBatch* b : claim_batches[w].batches) net->watch(batch_links(*b), w);
   ex.on_start([&](TaskId id, Time at) {
     MemoryTracker& mem = ranks[info[id].rank].mem;
     opens.for_each(id, [&](const MemOp& mo) { mem.alloc(mo.category, mo.bytes, at); });
@@ -2166,6 +2209,60 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     return res;
   }
   SCALEOUT_CHECK(ex.all_finished(), "step simulation ended with tasks left: a dependency cycle in the schedule");
+  if (!claims.empty()) {
+    // Each joined collective against the traffic on its links while it ran: flows and batches run
+    // apart (the network's watch), and other groups' joined collectives on shared links.
+    const std::size_t n = claim_batches.size();
+    std::vector<std::vector<std::pair<Time, Time>>> held(n);
+    for (const Claim& c : claims) {
+      if (c.dt <= Time::zero()) continue;
+      const Time at = max(ex.start_time(c.task) + c.offset, c.floor);
+      held[c.who].emplace_back(at, at + c.dt);
+    }
+    std::map<LinkId, std::vector<std::uint32_t>> link_whos;
+    for (std::uint32_t w = 0; w < n; ++w)
+      for (const CollectiveBatch* b : claim_batches[w].batches)
+        for (const LinkId l : batch_links(*b)) {
+          auto& on = link_whos[l];
+          if (std::find(on.begin(), on.end(), w) == on.end()) on.push_back(w);
+        }
+    std::vector<std::set<std::uint32_t>> sharers(n);
+    for (const auto& [l, on] : link_whos)
+      for (const std::uint32_t a : on)
+        for (const std::uint32_t b : on)
+          if (a != b) sharers[a].insert(b);
+    bool barred_more = false;
+    for (std::uint32_t w = 0; w < n; ++w) {
+      std::vector<std::pair<Time, Time>> busy = net->busy(w);
+      for (const std::uint32_t o : sharers[w]) busy.insert(busy.end(), held[o].begin(), held[o].end());
+      if (busy.empty()) continue;
+      std::sort(busy.begin(), busy.end());
+      std::vector<Time> reach(busy.size());  // the latest end among busy[0..i]
+      for (std::size_t i = 0; i < busy.size(); ++i) reach[i] = i == 0 ? busy[i].second : max(reach[i - 1], busy[i].second);
+      std::int64_t from = std::numeric_limits<std::int64_t>::max();
+      std::size_t k = 0;
+      for (const Claim& c : claims) {
+        if (c.who != w || c.dt <= Time::zero()) continue;
+        const Time at = held[w][k++].first;
+        // Some interval began before the claim ends and ends after it begins.
+        const auto before = std::lower_bound(busy.begin(), busy.end(), std::make_pair(at + c.dt, Time::zero()));
+        if (before != busy.begin() && reach[std::size_t(before - busy.begin()) - 1] > at) from = std::min<std::int64_t>(from, c.pass);
+      }
+      if (from == std::numeric_limits<std::int64_t>::max()) continue;
+      auto [it, fresh] = tapes.join_until.try_emplace(claim_batches[w].key, from);
+      if (fresh || from < it->second) {
+        it->second = from;
+        barred_more = true;
+      }
+    }
+    if (barred_more) {
+      // Simulate again with those groups launching their collectives from there on; past a few
+      // rounds (each learns from the first traffic it meets), none joins.
+      if (++tapes.join_rounds > 4) tapes.flow_joins_off = true;
+      tapes.split = true;
+      return res;
+    }
+  }
   for (RankState& rs : ranks) rs.mem.settle();
   if (net) {
     // On the network, a transfer lasts what the flows made of it (the collectives that joined runs
@@ -2361,12 +2458,8 @@ namespace {
 StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
   for (;;) {
     tapes.split = false;
-    try {
-      StepResult r = simulate_step_round(cfg, tapes);
-      if (!tapes.split) return r;
-    } catch (const FlowJoinsClash&) {
-      tapes.flow_joins_off = true;
-    }
+    StepResult r = simulate_step_round(cfg, tapes);
+    if (!tapes.split) return r;
   }
 }
 }  // namespace

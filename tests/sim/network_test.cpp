@@ -118,6 +118,69 @@ TEST_CASE("a flow crossing a link twice takes two shares; a cap bounds a rate", 
   CHECK(net.flows_on(line.a) == 3);
 }
 
+TEST_CASE("a link one flow crosses alone caps it; shared links are filled, few or many", "[sim]") {
+  // a (3 GB/s) carries f1 and f2; b (1 GB/s) carries f1 alone: f1 is held to 1 GB/s by b and f2
+  // takes the 2 GB/s of a left.
+  Line line(3e9, 1e9);
+  Simulator sim;
+  FlowNetwork net(sim, line.t);
+  const LinkId both[] = {line.a, line.b}, on_a[] = {line.a};
+  const FlowId f1 = net.start(both, 1e9, Time::zero(), nullptr);
+  const FlowId f2 = net.start(on_a, 1e9, Time::zero(), nullptr);
+  sim.run(Time::from_us(1));
+  CHECK(net.rate(f1) == Approx(1e9));
+  CHECK(net.rate(f2) == Approx(2e9));
+  // Pairs of flows on links of 1, 2, 3, ... GB/s, each link also crossed by a third flow that
+  // goes on through a slow link of its own (0.1 GB/s): a pair's flows get (c - 0.1) / 2. With 8
+  // shared links each round scans them; with 80 a heap keeps them (see FlowNetwork::solve).
+  for (const int n : {8, 80}) {
+    Topology t;
+    t.add_node(false, true, false);
+    std::vector<VertexId> v;
+    for (int i = 0; i < 2 * n + 1; ++i) v.push_back(t.add_vertex(VertexKind::pcie_switch, 0));
+    std::vector<LinkId> shared, own;
+    for (int i = 0; i < n; ++i) {
+      shared.push_back(t.add_link(v[std::size_t(2 * i)], v[std::size_t(2 * i + 1)], 1e9 * (i + 1), Time::zero(), 1.0, LinkKind::pcie));
+      own.push_back(t.add_link(v[std::size_t(2 * i + 1)], v[std::size_t(2 * i + 2)], 0.1e9, Time::zero(), 1.0, LinkKind::pcie));
+    }
+    Simulator s2;
+    FlowNetwork n2(s2, t);
+    std::vector<FlowId> pair;
+    for (int i = 0; i < n; ++i) {
+      const LinkId one[] = {shared[std::size_t(i)]}, through[] = {shared[std::size_t(i)], own[std::size_t(i)]};
+      pair.push_back(n2.start(one, 1e9, Time::zero(), nullptr));
+      pair.push_back(n2.start(one, 1e9, Time::zero(), nullptr));
+      n2.start(through, 1e9, Time::zero(), nullptr);
+    }
+    s2.run(Time::from_us(1));
+    for (int i = 0; i < n; ++i) {
+      INFO(n << " links, link " << i);
+      CHECK(n2.rate(pair[std::size_t(2 * i)]) == Approx((1e9 * (i + 1) - 0.1e9) / 2));
+      CHECK(n2.rate(pair[std::size_t(2 * i + 1)]) == Approx((1e9 * (i + 1) - 0.1e9) / 2));
+    }
+  }
+}
+
+TEST_CASE("a watched link tells its flows' and reservations' busy times", "[sim]") {
+  Line line(1e9, 1e9);
+  Simulator sim;
+  FlowNetwork net(sim, line.t);
+  const LinkId on_a[] = {line.a}, on_b[] = {line.b};
+  net.watch(on_a, 0);
+  net.start(on_a, 1e9, Time::zero(), nullptr);  // 0 .. 1 s
+  net.start(on_b, 1e9, Time::zero(), nullptr);  // not watched
+  sim.run();
+  sim.schedule_in(Time::from_seconds(1), [&] { net.reserve(on_a, sim.now() + Time::from_seconds(0.5), nullptr); });
+  sim.run();
+  const auto& busy = net.busy(0);
+  REQUIRE(busy.size() == 2);
+  CHECK(busy[0].first == Time::zero());
+  CHECK(busy[0].second.seconds() == Approx(1.0));
+  CHECK(busy[1].first.seconds() == Approx(2.0));
+  CHECK(busy[1].second.seconds() == Approx(2.5));
+  CHECK(net.busy(1).empty());
+}
+
 TEST_CASE("flows starting at the same instant are solved once", "[sim]") {
   Line line(1e9, 1e9);
   Simulator sim;
