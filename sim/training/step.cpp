@@ -1241,8 +1241,28 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // (joined_batch, below): alone, a batch takes a fixed time, and leaves its links as it found them.
   // From which of its passes a rank's group kind no longer joins (tapes.join_until), by rank.
   std::vector<std::array<std::int64_t, 7>> join_until_in(nranks, std::array<std::int64_t, 7>{-1, -1, -1, -1, -1, -1, -1});
+  // A pass that reduces gradients (a chunk's last backward; every pass under ZeRO-3 and FSDP)
+  // sends the data-parallel ring through the NVLink ports of a GPU whose DP peers share its node,
+  // where its TP, CP and EP batches run: from that pass on they launch without a round to find
+  // it (the claims' check stays the judge of the rest). Alike for every member of a group.
+  std::vector<std::int32_t> reduce_from(nranks, std::numeric_limits<std::int32_t>::max());
+  std::vector<std::int8_t> dp_in_node(nranks, -1);
+  auto dp_shares_node = [&](int rank) {
+    std::int8_t& d = dp_in_node[std::size_t(rank)];
+    if (d < 0) {
+      const int me = global_rank(rank);
+      const std::vector<int> peers = members_of(CommGroup::dp, coords_of(rank));
+      d = std::any_of(peers.begin(), peers.end(),
+                      [&](int x) { return x != me && cfg.topology->node_of(x) == cfg.topology->node_of(me); })
+              ? 1
+              : 0;
+    }
+    return d == 1;
+  };
   auto barred = [&](int rank, CommGroup g) {
-    if (tapes.join_until.empty() || !net) return false;
+    if (!net) return false;
+    if (g != CommGroup::dp && g != CommGroup::pp && pass_no[std::size_t(rank)] >= reduce_from[std::size_t(rank)]) return true;
+    if (tapes.join_until.empty()) return false;
     std::int64_t& u = join_until_in[std::size_t(rank)][std::size_t(slot_of(g))];
     if (u < 0) {
       const auto found = tapes.join_until.find({slot_of(g), reps_in(g, coords_of(rank))});
@@ -1732,7 +1752,11 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     for (const Work& w : order) {
       aligned[std::size_t(r)] = 0;
       ++pass_no[std::size_t(r)];
-      if (!tapes.join_until.empty()) joining_mask[std::size_t(r)] = lockable_mask[std::size_t(r)] = -1;  // (`barred`)
+      if (flow_joins && par.dp > 1 && reduce_from[std::size_t(r)] == std::numeric_limits<std::int32_t>::max() &&
+          (gather_params || (!w.forward && !w.weight && bwd_done[w.chunk] + 1 == int(m))) && dp_shares_node(r))
+        reduce_from[std::size_t(r)] = pass_no[std::size_t(r)];
+      if (!tapes.join_until.empty() || reduce_from[std::size_t(r)] <= pass_no[std::size_t(r)])
+        joining_mask[std::size_t(r)] = lockable_mask[std::size_t(r)] = -1;  // (`barred`)
       Chunk& ch = rs.chunks[w.chunk];
       const std::int64_t vs = w.chunk * par.pp + s;
       ChunkPlanner::Pass pass_items;
