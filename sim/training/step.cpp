@@ -2255,27 +2255,51 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       for (const std::uint32_t a : on)
         for (const std::uint32_t b : on)
           if (a != b) sharers[a].insert(b);
+    // Intervals sorted by start, with a running maximum of their ends: a claim [a, b) meets them
+    // iff some interval that starts before b reaches past a.
+    struct Sorted {
+      std::vector<std::pair<Time, Time>> iv;
+      std::vector<Time> reach;
+    };
+    auto sorted_of = [](std::vector<std::pair<Time, Time>> in) {
+      Sorted out;
+      std::sort(in.begin(), in.end());
+      out.reach.resize(in.size());
+      for (std::size_t i = 0; i < in.size(); ++i) out.reach[i] = i == 0 ? in[i].second : max(out.reach[i - 1], in[i].second);
+      out.iv = std::move(in);
+      return out;
+    };
+    auto meets = [](const Sorted& x, Time a, Time b) {
+      const auto before = std::lower_bound(x.iv.begin(), x.iv.end(), std::make_pair(b, Time::zero()));
+      return before != x.iv.begin() && x.reach[std::size_t(before - x.iv.begin()) - 1] > a;
+    };
+    std::vector<std::unique_ptr<Sorted>> held_sorted(n);  // groups' claims, sorted once when needed
+    std::vector<std::unique_ptr<Sorted>> busy_sorted(n);  // what the network saw on their links
+    std::vector<std::vector<const Sorted*>> others(n);
+    for (std::uint32_t w = 0; w < n; ++w) {
+      if (net->busy(w).empty() && sharers[w].empty()) continue;
+      busy_sorted[w] = std::make_unique<Sorted>(sorted_of(net->busy(w)));
+      for (const std::uint32_t o : sharers[w]) {
+        if (!held_sorted[o]) held_sorted[o] = std::make_unique<Sorted>(sorted_of(held[o]));
+        others[w].push_back(held_sorted[o].get());
+      }
+    }
+    std::vector<std::int64_t> from(n, std::numeric_limits<std::int64_t>::max());
+    std::vector<std::size_t> k(n, 0);
+    for (const Claim& c : claims) {
+      if (c.dt <= Time::zero()) continue;
+      const Time at = held[c.who][k[c.who]++].first, until = at + c.dt;
+      if (!busy_sorted[c.who] || c.pass >= from[c.who]) continue;
+      bool met = meets(*busy_sorted[c.who], at, until);
+      for (std::size_t i = 0; !met && i < others[c.who].size(); ++i) met = meets(*others[c.who][i], at, until);
+      if (met) from[c.who] = c.pass;
+    }
     bool barred_more = false;
     for (std::uint32_t w = 0; w < n; ++w) {
-      std::vector<std::pair<Time, Time>> busy = net->busy(w);
-      for (const std::uint32_t o : sharers[w]) busy.insert(busy.end(), held[o].begin(), held[o].end());
-      if (busy.empty()) continue;
-      std::sort(busy.begin(), busy.end());
-      std::vector<Time> reach(busy.size());  // the latest end among busy[0..i]
-      for (std::size_t i = 0; i < busy.size(); ++i) reach[i] = i == 0 ? busy[i].second : max(reach[i - 1], busy[i].second);
-      std::int64_t from = std::numeric_limits<std::int64_t>::max();
-      std::size_t k = 0;
-      for (const Claim& c : claims) {
-        if (c.who != w || c.dt <= Time::zero()) continue;
-        const Time at = held[w][k++].first;
-        // Some interval began before the claim ends and ends after it begins.
-        const auto before = std::lower_bound(busy.begin(), busy.end(), std::make_pair(at + c.dt, Time::zero()));
-        if (before != busy.begin() && reach[std::size_t(before - busy.begin()) - 1] > at) from = std::min<std::int64_t>(from, c.pass);
-      }
-      if (from == std::numeric_limits<std::int64_t>::max()) continue;
-      auto [it, fresh] = tapes.join_until.try_emplace(claim_batches[w].key, from);
-      if (fresh || from < it->second) {
-        it->second = from;
+      if (from[w] == std::numeric_limits<std::int64_t>::max()) continue;
+      auto [it, fresh] = tapes.join_until.try_emplace(claim_batches[w].key, from[w]);
+      if (fresh || from[w] < it->second) {
+        it->second = from[w];
         barred_more = true;
       }
     }
