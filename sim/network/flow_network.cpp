@@ -37,7 +37,7 @@ std::uint32_t FlowNetwork::new_flow(std::span<const LinkId> links, double remain
   flow_watched_[s] = 0;
   if (watching_ && state == State::active) {
     flow_start_[s] = sim_.now();
-    flow_watched_[s] = std::any_of(links.begin(), links.end(), [this](LinkId l) { return l < watchers_.size() && !watchers_[l].empty(); });
+    flow_watched_[s] = std::any_of(links.begin(), links.end(), [this](LinkId l) { return l < watched_.size() && watched_[l]; });
   }
   ++started_;
   ++active_;
@@ -383,11 +383,13 @@ void FlowNetwork::reserve(std::span<const LinkId> links, Time until, std::functi
   r.evict = std::move(evict);
   r.until = until;
   r.live = true;
+  bool seen = false;  // by a watcher
   for (LinkId l : links) {
     SCALEOUT_CHECK(l < link_res_.size(), "flow network: unknown link");
     link_res_[l] = {slot, r.generation, until};
+    seen = seen || (watching_ && watched_[l]);
   }
-  if (watching_) tell_watchers(links, now, until);
+  if (seen) tell_watchers(links, now, until);
   res_expiry_.emplace_back(until, slot, r.generation);
   std::push_heap(res_expiry_.begin(), res_expiry_.end(), std::greater<>());
 }
@@ -403,13 +405,17 @@ void FlowNetwork::evict_reservations(std::span<const LinkId> links) {
 }
 
 void FlowNetwork::watch(std::span<const LinkId> links, std::uint32_t who) {
-  if (watchers_.empty()) watchers_.resize(capacity_.size());
+  if (watchers_.empty()) {
+    watchers_.resize(capacity_.size());
+    watched_.assign(capacity_.size(), 0);
+  }
   if (busy_.size() <= who) busy_.resize(std::size_t(who) + 1);
   watching_ = true;
   for (LinkId l : links) {
     SCALEOUT_CHECK(l < watchers_.size(), "flow network: unknown link");
     auto& w = watchers_[l];
     if (std::find(w.begin(), w.end(), who) == w.end()) w.push_back(who);
+    watched_[l] = 1;
   }
 }
 
@@ -420,7 +426,7 @@ const std::vector<std::pair<Time, Time>>& FlowNetwork::busy(std::uint32_t who) c
 
 void FlowNetwork::tell_watchers(std::span<const LinkId> links, Time from, Time to) {
   for (LinkId l : links) {
-    if (l >= watchers_.size()) continue;
+    if (l >= watched_.size() || !watched_[l]) continue;
     for (std::uint32_t who : watchers_[l]) {
       auto& b = busy_[who];
       if (b.empty() || b.back() != std::make_pair(from, to)) b.emplace_back(from, to);
