@@ -1031,7 +1031,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // (tapes.join_until). The step a round accepts is the one simulating every collective as flows
   // gives: each joined batch ran on links nothing else used, as it would have alone.
   const bool flow_joins = net && net->apart() && !tapes.flow_joins_off && !cfg.keep_trace;
-  auto prepare = [&](const std::vector<CollectiveSpec>& specs, std::int64_t) { return prepare_collectives(*net, specs); };
+  auto prepare = [&](const std::vector<CollectiveSpec>& specs) { return prepare_collectives(*net, specs); };
   struct Claim {
     const Kernel* kernel;
     TaskId task;
@@ -1065,7 +1065,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // A group's owner: the rank that stands for the whole group (rank * 8 + slot); by classes, a
   // group of several classes is owned by its members' classes together (one number past the
   // ranks' for each set of classes and kind; its sibling groups, the same classes, share it). A
-  // group's collectives follow one another, whoever launches them.
+  // group's collectives follow one another, whoever launches them. Its joined batches and its
+  // claims (below) go by it.
   std::vector<std::array<std::int64_t, 7>> owner_in(nranks, std::array<std::int64_t, 7>{-2, -2, -2, -2, -2, -2, -2});
   std::map<std::pair<int, std::vector<int>>, std::int64_t> class_owners;
   auto owner_of = [&](int rank, CommGroup g) -> std::int64_t {
@@ -1098,7 +1099,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       std::vector<int> mem = members_of(g, c);
       std::vector<CollectiveSpec> batch{spec_of(kind, mem, bytes)};
       for (const auto& sh : shadows_of(g, c, mem)) batch.push_back(spec_of(kind, sh, bytes));
-      f = prepare(batch, owner_of(rank, g));
+      f = prepare(batch);
     }
     return f;
   };
@@ -1213,7 +1214,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         auto& batch = gb->batches[{int(kind), bytes}];
         if (!batch) {
           const std::vector<CollectiveSpec> specs = group_specs(g, c, kind, bytes, key);
-          batch = prepare(specs, owner_of(rank, g));
+          batch = prepare(specs);
           if (by_class) class_batches.emplace_back(batch, specs);
         }
         fl.batch = batch;
@@ -1288,7 +1289,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       JoinedBatch& j = pos->second;
       // Folded, the batch a launched collective of the group would run (the same one).
       j.batch = plain_fold ? folded_batch(rank, k.group, k.coll, k.bytes)
-                           : prepare(group_specs(k.group, c, k.coll, k.bytes, reps_in(k.group, c)), owner);
+                           : prepare(group_specs(k.group, c, k.coll, k.bytes, reps_in(k.group, c)));
       const AloneTiming t = batch_alone(*net, *j.batch);
       j.dt = t.first_end;
       j.ok = t.ends_together;
@@ -1729,7 +1730,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
                 specs.push_back(spec_of(CollectiveKind::send_recv, {global_of(x), global_of(y)}, bytes));
               }
             }
-            batch = prepare(specs, -1);
+            batch = prepare(specs);
             if (by_class) class_batches.emplace_back(batch, specs);
           }
           launch_next = launch_folded(batch);
