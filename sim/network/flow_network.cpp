@@ -35,7 +35,7 @@ std::uint32_t FlowNetwork::new_flow(std::span<const LinkId> links, double remain
   flow_links_[s].assign(links.begin(), links.end());
   done_[s] = std::move(done);
   flow_watched_[s] = 0;
-  if (watching_ && state == State::active) {
+  if (!watched_.empty() && state == State::active) {
     flow_start_[s] = sim_.now();
     flow_watched_[s] = std::any_of(links.begin(), links.end(), [this](LinkId l) { return l < watched_.size() && watched_[l]; });
   }
@@ -387,7 +387,7 @@ void FlowNetwork::reserve(std::span<const LinkId> links, Time until, std::functi
   for (LinkId l : links) {
     SCALEOUT_CHECK(l < link_res_.size(), "flow network: unknown link");
     link_res_[l] = {slot, r.generation, until};
-    seen = seen || (watching_ && watched_[l]);
+    seen = seen || (!watched_.empty() && watched_[l]);
   }
   if (seen) tell_watchers(links, now, until);
   res_expiry_.emplace_back(until, slot, r.generation);
@@ -410,7 +410,6 @@ void FlowNetwork::watch(std::span<const LinkId> links, std::uint32_t who) {
     watched_.assign(capacity_.size(), 0);
   }
   if (busy_.size() <= who) busy_.resize(std::size_t(who) + 1);
-  watching_ = true;
   for (LinkId l : links) {
     SCALEOUT_CHECK(l < watchers_.size(), "flow network: unknown link");
     auto& w = watchers_[l];

@@ -154,11 +154,10 @@ class FlowNetwork {
   };
   void tell_watchers(std::span<const LinkId> links, Time from, Time to);
   std::vector<std::vector<std::uint32_t>> watchers_;  // by link; empty until watch()
-  std::vector<std::uint8_t> watched_;                 // by link: has watchers (dense, for the scans)
+  std::vector<std::uint8_t> watched_;                 // by link: has watchers (dense, for the scans); empty until watch()
   std::vector<std::vector<std::pair<Time, Time>>> busy_;  // by watcher
-  std::vector<Time> flow_start_;     // by slot, when watching: when the flow came onto its links
+  std::vector<Time> flow_start_;     // by slot, once watching: when the flow came onto its links
   std::vector<char> flow_watched_;   // by slot: it crosses a watched link
-  bool watching_ = false;
 
   std::vector<LinkReservation> link_res_;
   std::vector<Reservation> reservations_;

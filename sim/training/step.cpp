@@ -1035,17 +1035,11 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   struct Claim {
     const Kernel* kernel;
     TaskId task;
-    std::uint32_t who;  // index into claim_batches
+    std::uint32_t who;  // its group's owner
     std::int32_t pass;  // its rank's pass, in order
     Time offset, floor, dt;  // it starts at max(the task's start + offset, floor)
   };
   std::vector<Claim> claims;
-  std::map<std::int64_t, std::uint32_t> claim_index;                           // owner -> who
-  struct Claimant {
-    std::pair<int, std::vector<int>> key;  // as tapes.join_until's
-    std::vector<const CollectiveBatch*> batches;
-  };
-  std::vector<Claimant> claim_batches;  // by who
   std::vector<std::int32_t> pass_no(nranks, 0);
   // Whether a simulated rank stands for every member of its group of kind g (every group, folded;
   // by classes, a group all of its own class): its collectives wait for nothing but itself.
@@ -1062,25 +1056,30 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     }
     return a == 1;
   };
-  // A group's owner: the rank that stands for the whole group (rank * 8 + slot); by classes, a
-  // group of several classes is owned by its members' classes together (one number past the
-  // ranks' for each set of classes and kind; its sibling groups, the same classes, share it). A
-  // group's collectives follow one another, whoever launches them. Its joined batches and its
-  // claims (below) go by it.
-  std::vector<std::array<std::int64_t, 7>> owner_in(nranks, std::array<std::int64_t, 7>{-2, -2, -2, -2, -2, -2, -2});
-  std::map<std::pair<int, std::vector<int>>, std::int64_t> class_owners;
-  auto owner_of = [&](int rank, CommGroup g) -> std::int64_t {
-    std::int64_t& o = owner_in[std::size_t(rank)][std::size_t(slot_of(g))];
-    if (o == -2) {
-      if (alone(rank, g)) o = std::int64_t(rank) * 8 + slot_of(g);
-      else if (!by_class) o = -1;
-      else {
-        const auto [it, fresh] = class_owners.try_emplace({slot_of(g), reps_in(g, coords_of(rank))},
-                                                          std::int64_t(nranks) + std::int64_t(class_owners.size()));
-        o = it->second * 8 + slot_of(g);
+  // A group's owner: its kind and the simulated ranks standing for its members (a rank alone for
+  // a group of one class; its sibling groups, the same classes, share it). A group's collectives
+  // follow one another, whoever launches them. Its joined batches, its claims and the pass from
+  // which it no longer joins (tapes.join_until, by the same key) go by it.
+  struct Owner {
+    std::pair<int, std::vector<int>> key;          // (slot, representatives)
+    std::int64_t until;                             // no joins from this pass on
+    std::vector<const CollectiveBatch*> claimed;  // the batches its claims stand for
+  };
+  std::vector<Owner> owners;
+  std::map<std::pair<int, std::vector<int>>, std::uint32_t> owner_ids;
+  std::vector<std::array<std::int32_t, 7>> owner_in(nranks, std::array<std::int32_t, 7>{-1, -1, -1, -1, -1, -1, -1});
+  auto owner_of = [&](int rank, CommGroup g) -> std::uint32_t {
+    std::int32_t& o = owner_in[std::size_t(rank)][std::size_t(slot_of(g))];
+    if (o < 0) {
+      std::pair<int, std::vector<int>> key{slot_of(g), reps_in(g, coords_of(rank))};
+      const auto [it, fresh] = owner_ids.try_emplace(key, std::uint32_t(owners.size()));
+      if (fresh) {
+        const auto bar = tapes.join_until.find(key);
+        owners.push_back({std::move(key), bar == tapes.join_until.end() ? std::numeric_limits<std::int64_t>::max() : bar->second, {}});
       }
+      o = std::int32_t(it->second);
     }
-    return o;
+    return std::uint32_t(o);
   };
   ClassBatches class_batches;  // by class on the flow network: whose members a skew names
   // Flow-mode launchers: folded, one group's collective plus its shadows; unfolded, the group's
@@ -1240,8 +1239,6 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // other (a barrier of one, and a task of its own, were two tasks a collective for nothing).
   // On the flow network the same holds where the collective's flows have their links to themselves
   // (joined_batch, below): alone, a batch takes a fixed time, and leaves its links as it found them.
-  // From which of its passes a rank's group kind no longer joins (tapes.join_until), by rank.
-  std::vector<std::array<std::int64_t, 7>> join_until_in(nranks, std::array<std::int64_t, 7>{-1, -1, -1, -1, -1, -1, -1});
   // A pass that reduces gradients (a chunk's last backward; every pass under ZeRO-3 and FSDP)
   // sends the data-parallel ring through the NVLink ports of a GPU whose DP peers share its node,
   // where its TP, CP and EP batches run: from that pass on they launch without a round to find
@@ -1263,13 +1260,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   auto barred = [&](int rank, CommGroup g) {
     if (!net) return false;
     if (g != CommGroup::dp && g != CommGroup::pp && pass_no[std::size_t(rank)] >= reduce_from[std::size_t(rank)]) return true;
-    if (tapes.join_until.empty()) return false;
-    std::int64_t& u = join_until_in[std::size_t(rank)][std::size_t(slot_of(g))];
-    if (u < 0) {
-      const auto found = tapes.join_until.find({slot_of(g), reps_in(g, coords_of(rank))});
-      u = found == tapes.join_until.end() ? std::numeric_limits<std::int64_t>::max() : found->second;
-    }
-    return pass_no[std::size_t(rank)] >= u;
+    return !tapes.join_until.empty() && pass_no[std::size_t(rank)] >= owners[owner_of(rank, g)].until;
   };
   auto joins_run = [&](int rank, CommGroup g) { return !(net && !flow_joins) && merging && alone(rank, g) && !barred(rank, g); };
   // On the flow network: the batch a joining collective would launch (its group's, with the sibling
@@ -1280,9 +1271,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     Time dt;
     bool ok = false;
   };
-  std::map<std::tuple<std::int64_t, int, double>, JoinedBatch> joined_batches;  // (owner, kind, bytes)
+  std::map<std::tuple<std::uint32_t, int, double>, JoinedBatch> joined_batches;  // (owner, kind, bytes)
   auto joined_batch = [&](int rank, const Kernel& k) -> const JoinedBatch& {
-    const std::int64_t owner = owner_of(rank, k.group);
+    const std::uint32_t owner = owner_of(rank, k.group);
     auto [pos, fresh] = joined_batches.try_emplace({owner, int(k.coll), k.bytes});
     if (fresh) {
       const Coords c = coords_of(rank);
@@ -1335,12 +1326,10 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // A joined collective's claim (see Claim).
   auto claim = [&](int rank, const Kernel& kernel, TaskId task, Time offset, Time floor, Time dt) {
     const JoinedBatch& j = joined_batch(rank, kernel);
-    const std::int64_t owner = owner_of(rank, kernel.group);
-    const auto [it, fresh] = claim_index.try_emplace(owner, std::uint32_t(claim_batches.size()));
-    if (fresh) claim_batches.push_back({{slot_of(kernel.group), reps_in(kernel.group, coords_of(rank))}, {}});
-    auto& batches = claim_batches[it->second].batches;
+    const std::uint32_t owner = owner_of(rank, kernel.group);
+    auto& batches = owners[owner].claimed;
     if (std::find(batches.begin(), batches.end(), j.batch.get()) == batches.end()) batches.push_back(j.batch.get());
-    claims.push_back({&kernel, task, it->second, pass_no[std::size_t(rank)], offset, floor, dt});
+    claims.push_back({&kernel, task, owner, pass_no[std::size_t(rank)], offset, floor, dt});
   };
 
   // Build each stage's chunks.
@@ -1753,8 +1742,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     for (const Work& w : order) {
       aligned[std::size_t(r)] = 0;
       ++pass_no[std::size_t(r)];
+      const bool last_backward = !w.forward && !w.weight && bwd_done[w.chunk] + 1 == int(m);  // of its chunk
       if (flow_joins && par.dp > 1 && reduce_from[std::size_t(r)] == std::numeric_limits<std::int32_t>::max() &&
-          (gather_params || (!w.forward && !w.weight && bwd_done[w.chunk] + 1 == int(m))) && dp_shares_node(r))
+          (gather_params || last_backward) && dp_shares_node(r))
         reduce_from[std::size_t(r)] = pass_no[std::size_t(r)];
       if (!tapes.join_until.empty() || reduce_from[std::size_t(r)] <= pass_no[std::size_t(r)])
         joining_mask[std::size_t(r)] = lockable_mask[std::size_t(r)] = -1;  // (`barred`)
@@ -1770,7 +1760,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       } else if (w.forward) {
         pass_items = ch.planner->forward_pass(w.mb);
       } else {
-        pass_items = ch.planner->backward_pass(w.mb, ++bwd_done[w.chunk] == int(m),
+        ++bwd_done[w.chunk];
+        pass_items = ch.planner->backward_pass(w.mb, last_backward,
                                                zero_bubble ? &weight_passes[{w.chunk, w.mb}] : nullptr);
       }
       const bool record_runs = merging;
@@ -2191,8 +2182,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     });
   for (int r = 0; r < nranks; ++r) seal(r);  // the runs still open get their durations
   flush_group();
-  for (std::uint32_t w = 0; w < claim_batches.size(); ++w)
-    for (const CollectiveBatch* b : claim_batches[w].batches) net->watch(batch_links(*b), w);
+  for (std::uint32_t w = 0; w < owners.size(); ++w)
+    for (const CollectiveBatch* b : owners[w].claimed) net->watch(batch_links(*b), w);
   ex.on_start([&](TaskId id, Time at) {
     MemoryTracker& mem = ranks[info[id].rank].mem;
     opens.for_each(id, [&](const MemOp& mo) { mem.alloc(mo.category, mo.bytes, at); });
@@ -2237,7 +2228,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   if (!claims.empty()) {
     // Each joined collective against the traffic on its links while it ran: flows and batches run
     // apart (the network's watch), and other groups' joined collectives on shared links.
-    const std::size_t n = claim_batches.size();
+    const std::size_t n = owners.size();
     std::vector<std::vector<std::pair<Time, Time>>> held(n);
     for (const Claim& c : claims) {
       if (c.dt <= Time::zero()) continue;
@@ -2246,7 +2237,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     }
     std::map<LinkId, std::vector<std::uint32_t>> link_whos;
     for (std::uint32_t w = 0; w < n; ++w)
-      for (const CollectiveBatch* b : claim_batches[w].batches)
+      for (const CollectiveBatch* b : owners[w].claimed)
         for (const LinkId l : batch_links(*b)) {
           auto& on = link_whos[l];
           if (std::find(on.begin(), on.end(), w) == on.end()) on.push_back(w);
@@ -2298,7 +2289,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     bool barred_more = false;
     for (std::uint32_t w = 0; w < n; ++w) {
       if (from[w] == std::numeric_limits<std::int64_t>::max()) continue;
-      auto [it, fresh] = tapes.join_until.try_emplace(claim_batches[w].key, from[w]);
+      auto [it, fresh] = tapes.join_until.try_emplace(owners[w].key, from[w]);
       if (fresh || from[w] < it->second) {
         it->second = from[w];
         barred_more = true;
