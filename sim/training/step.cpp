@@ -186,16 +186,26 @@ struct Segment {
   };
   std::vector<Claimed> claims;
   unsigned aligned_keep = ~0u;        // what its collectives leave of the rank's lock-steps (`aligned`)
+  // The lead's clock at its end (a paced lock-step, see Run), and where its collectives waited.
+  bool lead_on = false;
+  double lead_slowdown = 1.0;
+  Time lead_busy, lead_floor;
+  struct Waited {
+    CommGroup group;
+    Time busy, floor, lead_busy, lead_floor, launched;
+  };
+  std::vector<Waited> waits;
 };
 // By the stretch's first item, the GPU's slowdown and which of its groups' collectives join its
 // runs (a rank of the same stage whose group waits for other ranks syncs where this one did not).
 // On the flow network a joining collective's length is its own group's (where the group sits in
 // the cluster): records are then the rank's own.
-using SegmentKey = std::tuple<const PlanItem*, double, unsigned, int>;
+// And the slowdown of the lead it starts paced by (0: none).
+using SegmentKey = std::tuple<const PlanItem*, double, unsigned, int, double>;
 // A stretch emits the same tasks wherever its items have the same content (every layer's ops
 // alike): records are also found by their first item's content (and the same slowdown, joins and
 // rank part as SegmentKey), then checked item by item.
-using AlikeKey = std::tuple<std::uint64_t, double, unsigned, int>;
+using AlikeKey = std::tuple<std::uint64_t, double, unsigned, int, double>;
 
 // What emitting a plan item in a run reads: its phase, memory changes and kernels (their kind,
 // time, launches and, for collectives, group, kind and size).
@@ -855,6 +865,11 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     Time busy, floor;
     bool open = false;
     bool grown = false;  // kernels were added after the first: its duration and floor are set when it is sealed
+    // The slowest member of the group in lock-step, kept beside the run from an instant the group
+    // shares (`paced`, below): its busy time and floor had it run the same kernels.
+    bool lead_on = false;
+    double lead_slowdown = 1.0;
+    Time lead_busy, lead_floor;
   };
   std::vector<Run> runs(nranks);
   RunChanges run_ops;
@@ -914,6 +929,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // below; on the flow network, where its batch has its links to itself). A compute task with
   // dependencies, a pass's start (its receives are added later) or another group's collective ends it.
   std::vector<unsigned> aligned(nranks, 0u);
+  std::vector<TaskId> sync_end(nranks, 0);  // by rank: its last collective that waited for its group, + 1
   auto add_task_span = [&](int rank, int track, Time dur, std::span<const TaskId> deps, const Kernel* k,
                            Time release = Time::zero()) {
     if (track == kCompute && !deps.empty()) aligned[std::size_t(rank)] = 0;
@@ -1228,7 +1244,10 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       };
     }
     const TaskId id = add_task(rank, track, dur, one(b), k, release);
-    if (track == kCompute) aligned[std::size_t(rank)] = 1u << slot;
+    if (track == kCompute) {
+      aligned[std::size_t(rank)] = 1u << slot;
+      sync_end[std::size_t(rank)] = id + 1;
+    }
     info[id].comm = label;
     return id;
   };
@@ -1303,15 +1322,73 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     }
     return u == 1;
   };
+  // A group whose members are alike but for their speed (the same data loader and stalls; the
+  // analytic network): its slowest member, the one a lock-step of the group waits for (`paced`).
+  struct Lead {
+    double slowdown = 0;  // 0: the members differ otherwise, or are equally fast
+    int rank = 0;
+  };
+  std::vector<std::array<Lead, 7>> lead_in(nranks);
+  std::vector<std::array<std::int8_t, 7>> lead_known(nranks, std::array<std::int8_t, 7>{});
+  auto lead_of = [&](int rank, CommGroup g) -> const Lead& {
+    Lead& l = lead_in[std::size_t(rank)][std::size_t(slot_of(g))];
+    std::int8_t& known = lead_known[std::size_t(rank)][std::size_t(slot_of(g))];
+    if (!known) {
+      known = 1;
+      const std::vector<int> reps = reps_in(g, coords_of(rank));
+      const bool alike = std::all_of(reps.begin(), reps.end(), [&](int x) {
+        return loader_delay[std::size_t(x)] == loader_delay[std::size_t(rank)] && stalls[std::size_t(x)] == stalls[std::size_t(rank)];
+      });
+      if (alike && !net && !uniform(rank, g)) {
+        l.rank = reps.front();
+        for (int x : reps)  // (of equally slow ones the last, as a barrier names the last to arrive)
+          if (slowdown[std::size_t(x)] >= slowdown[std::size_t(l.rank)]) l.rank = x;
+        l.slowdown = slowdown[std::size_t(l.rank)];
+      }
+    }
+    return l;
+  };
   // On the flow network, as a collective of a group of one class: where its batch has its links
   // to itself (the group's owner's).
   auto locksteps = [&] { return merging && by_class && (!net || flow_joins); };
   auto lockstep = [&](int rank, CommGroup g) {
     return locksteps() && (aligned[std::size_t(rank)] >> slot_of(g) & 1u) != 0 && uniform(rank, g) && !barred(rank, g);
   };
+  // A lock-step of members unequally fast (analytic network): from an instant they share (the
+  // group's last collective ended for all of them at once), each runs the same kernels with the
+  // same launches, so kernel by kernel the slowest (`lead_of`) starts and ends no earlier than any
+  // other, and reaches the next collective last: the collective starts then, waiting for nobody
+  // else. It joins the runs: the lead's clock is kept beside each member's run (Run::lead_*) and
+  // the member takes it at the collective, a wait noted for the peer-wait figures (`paced_waits`).
+  // Where the shared instant is: the run opened right after the group's own collective (a barrier
+  // of it), or took one of its collectives since.
+  auto after_sync = [&](int rank) {
+    return sync_end[std::size_t(rank)] != 0 && last_on[rank][kCompute] == sync_end[std::size_t(rank)];
+  };
+  // The slowdown of the lead of the group in lock-step, if it is paced; 0 otherwise.
+  auto aligned_lead = [&](int rank) {
+    const unsigned a = aligned[std::size_t(rank)];
+    for (CommGroup g : {CommGroup::tp, CommGroup::cp, CommGroup::ep})
+      if ((a >> slot_of(g) & 1u) != 0) return lead_of(rank, g).slowdown;
+    return 0.0;
+  };
+  auto paced = [&](int rank, CommGroup g) {
+    if (!locksteps() || net || (aligned[std::size_t(rank)] >> slot_of(g) & 1u) == 0 || lead_of(rank, g).slowdown == 0) return false;
+    const Run& run = runs[std::size_t(rank)];
+    if (run.open && last_on[rank][kCompute] == run.task + 1) return run.lead_on;
+    return after_sync(rank);
+  };
+  struct PacedWait {
+    TaskId task;
+    int rank, lead;
+    CommGroup group;
+    Time busy, floor, lead_busy, lead_floor;  // in the run, before the collective: the member's, its lead's
+    Time launched;                             // the collective's launch
+  };
+  std::vector<PacedWait> paced_waits;
   // Whether a collective kernel joins the rank's run.
   auto joins = [&](int rank, const Kernel& k) {
-    if (!joins_run(rank, k.group) && !lockstep(rank, k.group)) return false;
+    if (!joins_run(rank, k.group) && !lockstep(rank, k.group) && !paced(rank, k.group)) return false;
     if (!net || group_size(k.group) <= 1) return true;
     return joined_batch(rank, k).ok;
   };
@@ -1445,11 +1522,15 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         double& rank_acc = (it.phase == Phase::optimizer ? rank_optimizer : it.phase == Phase::recompute ? rank_recompute : rank_compute)[rank];
         double pa = phase_acc, ra = rank_acc;  // summed kernel by kernel, in order, as below
         Time host = host_clock[rank], busy = open_run.busy, floor = open_run.floor, first_busy, first_floor;
+        Time lead_busy = open_run.lead_busy, lead_floor = open_run.lead_floor;
+        const double lead_slow = open_run.lead_slowdown;
+        const bool lead = open_run.lead_on && lead_slow != slow;  // (else its clock is the run's)
         std::int64_t launches = 0;
         for (std::size_t k = 0; k < kernels.size(); ++k) {
           const Kernel& kernel = kernels[k];
           const Time base = kernel.seconds >= 0 ? Time::from_seconds(kernel.seconds) : cm.time(kernel);
           const Time dt = slow == 1.0 ? base : Time::from_seconds(base.seconds() * slow);
+          const Time lead_dt = !lead ? dt : lead_slow == 1.0 ? base : Time::from_seconds(base.seconds() * lead_slow);
           const double dts = dt.seconds();
           for (std::int32_t l = 0; l < kernel.launches; ++l) {
             host += hc;
@@ -1462,8 +1543,19 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             }
             busy += dt;
             floor = start_floor + dt;
+            if (lead) {
+              lead_busy += lead_dt;
+              lead_floor = max(lead_floor, host) + lead_dt;
+            }
           }
           launches += kernel.launches;
+        }
+        if (lead) {
+          open_run.lead_busy = lead_busy;
+          open_run.lead_floor = lead_floor;
+        } else {
+          open_run.lead_busy = busy;
+          open_run.lead_floor = floor;
         }
         host_clock[rank] = host;
         phase_acc = pa;
@@ -1483,15 +1575,17 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         const bool coll = kernel.kind == KernelKind::collective;
         SCALEOUT_CHECK(kernel.launches >= 1 && (!coll || kernel.launches == 1), "a kernel launched repeatedly must be a compute kernel");
         const bool synced = coll && !joins(rank, kernel);  // a collective that waits for its group
+        const bool pace = coll && !synced && paced(rank, kernel.group);  // it waits for the group's lead
         // Another group's collective ends a lock-step (a barrier sets its own, in sync_task).
         if (coll && !synced) aligned[std::size_t(rank)] &= 1u << slot_of(kernel.group);
+        Time base;  // a compute kernel's time at full speed
         if (coll) {
           // The tape's kernels carry it (worked out for the stage the tape belongs to). On the
           // network a launched one lasts what its flows make of it (counted after the run).
           dt = collective_dt(rank, kernel);
           if (!synced || !net) comm_total(kernel.group)[rank] += dt.seconds();
         } else {
-          const Time base = kernel.seconds >= 0 ? Time::from_seconds(kernel.seconds) : cm.time(kernel);
+          base = kernel.seconds >= 0 ? Time::from_seconds(kernel.seconds) : cm.time(kernel);
           dt = slowdown[rank] == 1.0 ? base : Time::from_seconds(base.seconds() * slowdown[rank]);
         }
         for (std::int32_t launch = 0; launch < kernel.launches; ++launch) {
@@ -1510,15 +1604,52 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
                           kernel.bytes, launched);
           } else if (merging && deps.empty() && run.open && last_on[rank][kCompute] == run.task + 1) {
             g = run.task;
+            if (pace && (run.lead_busy != run.busy || run.lead_floor != run.floor)) {
+              // Its lead is not there yet: the collective starts when it is.
+              paced_waits.push_back(
+                  {g, rank, lead_of(rank, kernel.group).rank, kernel.group, run.busy, run.floor, run.lead_busy, run.lead_floor, launched});
+              run.busy = run.lead_busy;
+              run.floor = run.lead_floor;
+            }
             op_busy = run.busy;
             op_floor = max(run.floor, launched);
             run.busy += dt;
             run.floor = op_floor + dt;
             run.grown = true;
+            if (run.lead_on && !coll) {
+              const Time lead_dt = run.lead_slowdown == slowdown[rank] ? dt
+                                   : run.lead_slowdown == 1.0         ? base
+                                                                      : Time::from_seconds(base.seconds() * run.lead_slowdown);
+              run.lead_busy += lead_dt;
+              run.lead_floor = max(run.lead_floor, launched) + lead_dt;
+            }
           } else {
+            // A run opening where the group in lock-step ended its last collective together.
+            const bool shared = merging && deps.empty() && after_sync(rank);
             g = add_task_span(rank, kCompute, dt, deps, &kernel, launched);
-            if (merging) run = {g, dt, launched + dt, true, false};
+            if (merging) {
+              run = Run{g, dt, launched + dt, true, false, false, 1.0, Time::zero(), Time::zero()};
+              const double lead = shared ? aligned_lead(rank) : 0.0;
+              run.lead_on = shared || coll;
+              run.lead_slowdown = lead > 0 ? lead : slowdown[rank];
+              run.lead_busy = dt;
+              run.lead_floor = launched + dt;
+              if (lead > 0 && !coll) {
+                const Time lead_dt = lead == 1.0 ? base : Time::from_seconds(base.seconds() * lead);
+                run.lead_busy = lead_dt;
+                run.lead_floor = launched + lead_dt;
+              }
+            }
             op_floor = launched;
+          }
+          if (merging && !synced && coll) {
+            // The group's members (or this rank alone) end the collective together: the lead's
+            // clock is the run's from here.
+            run.lead_on = true;
+            const double lead = aligned_lead(rank);
+            run.lead_slowdown = lead > 0 ? lead : slowdown[rank];
+            run.lead_busy = run.busy;
+            run.lead_floor = run.floor;
           }
           const bool in_run = merging && !synced;
           if (coll && in_run && net && group_size(kernel.group) > 1) claim(rank, kernel, g, op_busy, op_floor, dt);
@@ -1801,14 +1932,15 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           const unsigned mask = joining_groups(r) | (locksteps() ? (aligned[std::size_t(r)] & lockable(r)) << 8 : 0u);
           constexpr unsigned kGroupsOnTapes = 1u << int(CommGroup::tp) | 1u << int(CommGroup::cp) | 1u << int(CommGroup::ep);
           const int rank_part = net && ((mask | mask >> 8) & kGroupsOnTapes) != 0 ? r : -1;
-          const SegmentKey key{&item, slowdown[r], mask, rank_part};
+          const double lead0 = after_sync(r) ? aligned_lead(r) : 0.0;
+          const SegmentKey key{&item, slowdown[r], mask, rank_part, lead0};
           flush_group();  // the last run's changes first (its instant cannot gather this run's)
           const Time host0 = host_clock[r];
           auto seg = segments.find(key);
           // Not met at this item: a record of the same content made elsewhere (another layer's
           // ops), checked item by item, and then kept for this item too.
           const Segment* like = nullptr;
-          AlikeKey content{0, slowdown[r], mask, rank_part};
+          AlikeKey content{0, slowdown[r], mask, rank_part, lead0};
           if (seg == segments.end()) {
             const auto alias = tapes.aliases.find(key);
             if (alias != tapes.aliases.end()) like = alias->second;
@@ -1842,7 +1974,11 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             const Segment& rec = like ? *like : seg->second;
             const Time launched = host0 + rec.first_launch;
             g = add_task_span(r, kCompute, rec.first_dt, {}, &item.kernels()[0], launched);
-            runs[std::size_t(r)] = {g, rec.busy, rec.floor + host0, true, rec.grown};
+            Run& run = runs[std::size_t(r)];
+            run = Run{g, rec.busy, rec.floor + host0, true, rec.grown, rec.lead_on, rec.lead_slowdown, rec.lead_busy, rec.lead_floor + host0};
+            for (const Segment::Waited& x : rec.waits)
+              paced_waits.push_back({g, r, lead_of(r, x.group).rank, x.group, x.busy, x.floor + host0, x.lead_busy, x.lead_floor + host0,
+                                     x.launched + host0});
             host_clock[r] = host0 + rec.host;
             for (const Segment::Sum& x : rec.sums) {
               if (x.comm >= 0) {
@@ -1866,7 +2002,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           } else {
             Segment rec;
             rec.pin = pass_items;
-            const std::size_t c0 = run_ops.size(), claims0 = claims.size();
+            const std::size_t c0 = run_ops.size(), claims0 = claims.size(), waits0 = paced_waits.size();
             std::size_t j = idx;
             g = emit(r, item, {}).first;
             for (++j; j < items.size() && keeps_to_run(items[j]); ++j) emit(r, items[j], {});
@@ -1890,6 +2026,14 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             rec.busy = run.busy;
             rec.floor = run.floor - host0;
             rec.grown = run.grown;
+            rec.lead_on = run.lead_on;
+            rec.lead_slowdown = run.lead_slowdown;
+            rec.lead_busy = run.lead_busy;
+            rec.lead_floor = run.lead_floor - host0;
+            for (std::size_t i = waits0; i < paced_waits.size(); ++i) {
+              const PacedWait& pw = paced_waits[i];
+              rec.waits.push_back({pw.group, pw.busy, pw.floor - host0, pw.lead_busy, pw.lead_floor - host0, pw.launched - host0});
+            }
             std::size_t n = 0;
             for (std::size_t i = idx; i < j; ++i)
               for (const Kernel& k : items[i].kernels()) n += std::size_t(k.launches);
@@ -2344,6 +2488,19 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   res.step_time_s = end.seconds();
 
   // Unfolded: how long each member waited in each collective for the last one to arrive.
+  // The longest wait names whom it waited for (of equal waits, the earliest, then the lowest GPU).
+  Time longest_at = Time::max();
+  int longest_rank = 0;
+  auto waited = [&](int rank, double wait, int last_rank, Time at) {
+    if (rank == 0) res.peer_wait_s += wait;
+    if (wait > res.max_peer_wait_s || (wait == res.max_peer_wait_s && wait > 0 &&
+                                       (at < longest_at || (at == longest_at && global_rank(last_rank) < res.waited_for_rank)))) {
+      res.max_peer_wait_s = wait;
+      longest_at = at;
+      longest_rank = rank;
+      res.waited_for_rank = global_rank(last_rank);
+    }
+  };
   for (Barrier& bar : barrier_list) {
     const TaskId b = bar.task;
     Time last = Time::zero();
@@ -2356,24 +2513,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         last_rank = a.rank;
       }
     });
-    arrivals_of(bar, [&](const Arrival& a) {
-      const double wait = (ex.finish_time(b) - a.at).seconds();
-      if (a.rank == 0) res.peer_wait_s += wait;
-      if (wait > res.max_peer_wait_s) {
-        res.max_peer_wait_s = wait;
-        res.waited_for_rank = global_rank(last_rank);
-        if (wait > cfg.faults.nccl_timeout_s && !res.failed) {
-          res.failed = true;
-          char buf[256];
-          std::snprintf(buf, sizeof buf,
-                        "NCCL timeout: GPU %lld waited %.1f s in a collective for GPU %lld (timeout %.3g s); the watchdog aborts "
-                        "the job %.1f s into the step",
-                        (long long)global_rank(a.rank), wait, (long long)global_rank(last_rank), cfg.faults.nccl_timeout_s,
-                        a.at.seconds() + cfg.faults.nccl_timeout_s);
-          res.failure = buf;
-        }
-      }
-    });
+    arrivals_of(bar, [&](const Arrival& a) { waited(a.rank, (ex.finish_time(b) - a.at).seconds(), last_rank, a.at); });
   }
 
   // Idle gaps on each compute stream, attributed to what the next task waited for last; a wait
@@ -2425,6 +2565,30 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     (cause == kHost ? host_gap : cause == kDpComm ? dp_gap : cause == kBarrier ? peer_gap : bubble)[r] += gap;
   }
   for (int r = 0; r < nranks; ++r) bubble[r] += (end - prev_end[r]).seconds();  // idle at the end
+  // Paced lock-steps: a member's wait for its lead inside its run, which the run's length holds
+  // as if busy (the lead's kernels' time beyond its own), and which its own host wait (above)
+  // counted as the lead's. Told as a barrier would: the gap from its last kernel to the collective
+  // is a peer wait if it was ready (kernels done, collective launched) before the lead, else the
+  // host's; the wait in the collective runs from when it was ready.
+  for (const PacedWait& w : paced_waits) {
+    const Time start = ex.start_time(w.task);
+    const Time done = max(start + w.busy, w.floor), mine = max(done, w.launched);
+    const Time lead = max(max(start + w.lead_busy, w.lead_floor), w.launched);
+    waited(w.rank, (lead - mine).seconds(), w.lead, mine);
+    const double gap = mine < lead ? (lead - done).seconds() : 0.0;
+    peer_gap[std::size_t(w.rank)] += gap;
+    host_gap[std::size_t(w.rank)] += (w.lead_busy - w.busy).seconds() - gap;
+  }
+  if (res.max_peer_wait_s > cfg.faults.nccl_timeout_s) {
+    res.failed = true;
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "NCCL timeout: GPU %lld waited %.1f s in a collective for GPU %lld (timeout %.3g s); the watchdog aborts "
+                  "the job %.1f s into the step",
+                  (long long)global_rank(longest_rank), res.max_peer_wait_s, (long long)res.waited_for_rank,
+                  cfg.faults.nccl_timeout_s, longest_at.seconds() + cfg.faults.nccl_timeout_s);
+    res.failure = buf;
+  }
 
   int busiest = 0;
   for (int r = 0; r < nranks; ++r) {

@@ -43,6 +43,9 @@ std::pair<std::uint64_t, std::uint64_t> runs_and_kernels(const Json& j, double c
   CHECK(runs.pp_comm_s == Approx(kernels.pp_comm_s).epsilon(comm));
   CHECK(runs.dp_comm_total_s == Approx(kernels.dp_comm_total_s).epsilon(comm));
   CHECK(runs.max_peer_wait_s == Approx(kernels.max_peer_wait_s).epsilon(comm).margin(1e-15));
+  CHECK(runs.waited_for_rank == kernels.waited_for_rank);
+  CHECK(runs.peer_wait_s == Approx(kernels.peer_wait_s).epsilon(1e-9).margin(1e-12));
+  CHECK(runs.peer_wait_exposed_s == Approx(kernels.peer_wait_exposed_s).epsilon(1e-9).margin(1e-12));
   CHECK(runs.peak_bytes == Approx(kernels.peak_bytes).epsilon(1e-12));
   for (std::size_t i = 0; i < runs.peak_breakdown.size(); ++i)
     CHECK(runs.peak_breakdown[i] == Approx(kernels.peak_breakdown[i]).epsilon(1e-9).margin(1));
@@ -479,11 +482,25 @@ TEST_CASE("kernel runs folded into one task give exactly the per-kernel simulati
   tps["parallelism"] = {{"dp", 2}, {"tp", 2}, {"pp", 4}, {"pp_schedule", "gpipe"}, {"sequence_parallel", true}};
   tps["faults"] = {{"stragglers", {{{"gpu", 9}, {"slowdown", 1.2}}}}};
   plans.push_back({"tp-pp-straggler", tps});
+  // The straggler's own TP group: its members differ only in speed, so from a collective that
+  // ended for all of them at once the slowest reaches the next one last, and it starts then: it
+  // joins their runs, the faster members waiting for it inside theirs (two stragglers of unequal
+  // slowdown in one group; then a model small enough that the host's launches set the pace).
+  Json paced = base();
+  paced["training"]["global_batch"] = 16;
+  paced["parallelism"] = {{"dp", 2}, {"tp", 4}, {"pp", 2}, {"sequence_parallel", true}};
+  paced["faults"] = {{"stragglers", {{{"gpu", 1}, {"slowdown", 1.1}}, {{"gpu", 2}, {"slowdown", 1.3}}}}};
+  plans.push_back({"paced", paced});
+  Json host = paced;
+  host["model"] = {{"arch", "llama"}, {"layers", 4},    {"hidden", 256},   {"heads", 4},
+                   {"kv_heads", 4},   {"ffn", 1024},    {"vocab", 1024},   {"tied_embeddings", false}};
+  host["training"]["seq_len"] = 256;
+  plans.push_back({"paced-host-bound", host});
   for (const auto& [name, j] : plans) {
     INFO(name);
     const auto [runs, kernels] = runs_and_kernels(j, 1e-12);
     if (name == "tp-cp") CHECK(runs * 20 < kernels);
-    if (name == "tp-pp-straggler") CHECK(runs * 4 < kernels);
+    if (name == "tp-pp-straggler" || name == "paced") CHECK(runs * 4 < kernels);
   }
 }
 
