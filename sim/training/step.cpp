@@ -1378,6 +1378,25 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     if (run.open && last_on[rank][kCompute] == run.task + 1) return run.lead_on;
     return after_sync(rank);
   };
+  // Which other lock-steps of a rank a collective of kind g that joins its run leaves standing
+  // (analytic network): an equally fast group h each of whose members' own group of kind g is all
+  // of its class. Each member's collective of kind g then waits for nobody and takes the same time
+  // (the stage's): they stay in lock-step (in an expert-parallel group, the experts' all-to-alls
+  // between TP collectives of groups of one class each).
+  std::vector<std::array<int, 7>> beside_mask(nranks, std::array<int, 7>{-1, -1, -1, -1, -1, -1, -1});
+  auto beside = [&](int rank, CommGroup g) -> unsigned {
+    if (net || !by_class || (g != CommGroup::tp && g != CommGroup::cp && g != CommGroup::ep)) return 0u;
+    int& bm = beside_mask[std::size_t(rank)][std::size_t(slot_of(g))];
+    if (bm < 0) {
+      bm = 0;
+      for (CommGroup h : {CommGroup::tp, CommGroup::cp, CommGroup::ep}) {
+        if (h == g || group_size(h) <= 1 || !uniform(rank, h)) continue;
+        const std::vector<int> reps = reps_in(h, coords_of(rank));
+        if (std::all_of(reps.begin(), reps.end(), [&](int x) { return alone(x, g); })) bm |= 1 << slot_of(h);
+      }
+    }
+    return unsigned(bm);
+  };
   struct PacedWait {
     TaskId task;
     int rank, lead;
@@ -1577,7 +1596,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         const bool synced = coll && !joins(rank, kernel);  // a collective that waits for its group
         const bool pace = coll && !synced && paced(rank, kernel.group);  // it waits for the group's lead
         // Another group's collective ends a lock-step (a barrier sets its own, in sync_task).
-        if (coll && !synced) aligned[std::size_t(rank)] &= 1u << slot_of(kernel.group);
+        if (coll && !synced) aligned[std::size_t(rank)] &= 1u << slot_of(kernel.group) | beside(rank, kernel.group);
         Time base;  // a compute kernel's time at full speed
         if (coll) {
           // The tape's kernels carry it (worked out for the stage the tape belongs to). On the
@@ -1929,7 +1948,10 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             (started || !gather_params) && keeps_to_run(item)) {
           // A run opens here: replay its record, or emit it and record it.
           // (and which of its groups are in lock-step: their collectives join too)
-          const unsigned mask = joining_groups(r) | (locksteps() ? (aligned[std::size_t(r)] & lockable(r)) << 8 : 0u);
+          // (and which lock-steps its joining collectives leave standing)
+          auto three = [](unsigned b) { return (b & 1u) | (b >> 3 & 1u) << 1 | (b >> 4 & 1u) << 2; };  // tp, cp, ep
+          const unsigned mask = joining_groups(r) | (locksteps() ? (aligned[std::size_t(r)] & lockable(r)) << 8 : 0u) |
+                                (three(beside(r, CommGroup::tp)) | three(beside(r, CommGroup::cp)) << 3 | three(beside(r, CommGroup::ep)) << 6) << 16;
           constexpr unsigned kGroupsOnTapes = 1u << int(CommGroup::tp) | 1u << int(CommGroup::cp) | 1u << int(CommGroup::ep);
           const int rank_part = net && ((mask | mask >> 8) & kGroupsOnTapes) != 0 ? r : -1;
           const double lead0 = after_sync(r) ? aligned_lead(r) : 0.0;
@@ -2045,7 +2067,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
                 const std::int8_t comm = k.kind == KernelKind::collective ? std::int8_t(k.group) : std::int8_t(-1);
                 for (std::int32_t l = 0; l < k.launches; ++l) rec.sums.push_back({items[i].phase, dts, comm});
                 rec.launches += std::uint64_t(k.launches);
-                if (comm >= 0) rec.aligned_keep &= 1u << slot_of(k.group);
+                if (comm >= 0) rec.aligned_keep &= 1u << slot_of(k.group) | beside(r, k.group);
               }
             SCALEOUT_CHECK(ci == claims.size(), "a recorded run's collectives did not all join it");
             for (std::size_t i = claims0; i < claims.size(); ++i) {
