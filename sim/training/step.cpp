@@ -1166,6 +1166,43 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   std::map<std::pair<int, std::int64_t>, GroupBarriers> group_barriers;  // (slot, group)
   std::vector<std::array<GroupBarriers*, 7>> rank_groups(nranks, std::array<GroupBarriers*, 7>{});
   std::vector<std::array<std::int64_t, 7>> occurrences(nranks, std::array<std::int64_t, 7>{});
+  // Whether every GPU the rank's TP, CP and EP groups reach (and theirs, and so on, within its
+  // stage) is as fast as it (the same slowdown, data loader and stalls; by classes, analytic
+  // network). Such GPUs run the same kernels at the same speed, so between dependencies their
+  // clocks differ only as their collectives made them: a barrier of a group sets its members to
+  // the latest of them, which keeps them equal along every dimension they were equal along
+  // before (the latest along a line of a grid is a function of the other coordinates), and a
+  // collective that joins keeps every clock as far from the others as it was. So the group
+  // kinds the rank is in lock-step in (`aligned`) add up, barrier by barrier, until a dependency.
+  std::vector<std::int8_t> even_in(nranks, -1);
+  auto even = [&](int rank) {
+    std::int8_t& e = even_in[std::size_t(rank)];
+    if (e < 0) {
+      e = by_class && !net ? 1 : 0;
+      std::vector<char> seen(std::size_t(nranks), 0);
+      std::vector<int> todo{rank};
+      seen[std::size_t(rank)] = 1;
+      while (e == 1 && !todo.empty()) {
+        const int y = todo.back();
+        todo.pop_back();
+        if (slowdown[std::size_t(y)] != slowdown[std::size_t(rank)] || loader_delay[std::size_t(y)] != loader_delay[std::size_t(rank)] ||
+            stalls[std::size_t(y)] != stalls[std::size_t(rank)]) {
+          e = 0;
+          break;
+        }
+        for (CommGroup g : {CommGroup::tp, CommGroup::cp, CommGroup::ep}) {
+          if (group_size(g) <= 1) continue;
+          for (int x : reps_in(g, coords_of(y)))
+            if (!seen[std::size_t(x)]) {
+              seen[std::size_t(x)] = 1;
+              todo.push_back(x);
+            }
+        }
+      }
+    }
+    return e == 1;
+  };
+  auto in_grid = [](CommGroup g) { return g == CommGroup::tp || g == CommGroup::cp || g == CommGroup::ep; };
   auto sync_task = [&](int rank, int track, Time dur, std::span<const TaskId> deps, const Kernel* k, CommGroup g,
                        CollectiveKind kind, double bytes, Time release = Time::zero()) {
     const std::uint8_t label = std::uint8_t(int(g) + 1);
@@ -1243,9 +1280,10 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           });
       };
     }
+    const unsigned was = aligned[std::size_t(rank)];
     const TaskId id = add_task(rank, track, dur, one(b), k, release);
     if (track == kCompute) {
-      aligned[std::size_t(rank)] = 1u << slot;
+      aligned[std::size_t(rank)] = (deps.empty() && in_grid(g) && even(rank) ? was : 0u) | 1u << slot;
       sync_end[std::size_t(rank)] = id + 1;
     }
     info[id].comm = label;
@@ -1596,7 +1634,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         const bool synced = coll && !joins(rank, kernel);  // a collective that waits for its group
         const bool pace = coll && !synced && paced(rank, kernel.group);  // it waits for the group's lead
         // Another group's collective ends a lock-step (a barrier sets its own, in sync_task).
-        if (coll && !synced) aligned[std::size_t(rank)] &= 1u << slot_of(kernel.group) | beside(rank, kernel.group);
+        if (coll && !synced && !(in_grid(kernel.group) && even(rank)))
+          aligned[std::size_t(rank)] &= 1u << slot_of(kernel.group) | beside(rank, kernel.group);
         Time base;  // a compute kernel's time at full speed
         if (coll) {
           // The tape's kernels carry it (worked out for the stage the tape belongs to). On the
@@ -1951,7 +1990,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           // (and which lock-steps its joining collectives leave standing)
           auto three = [](unsigned b) { return (b & 1u) | (b >> 3 & 1u) << 1 | (b >> 4 & 1u) << 2; };  // tp, cp, ep
           const unsigned mask = joining_groups(r) | (locksteps() ? (aligned[std::size_t(r)] & lockable(r)) << 8 : 0u) |
-                                (three(beside(r, CommGroup::tp)) | three(beside(r, CommGroup::cp)) << 3 | three(beside(r, CommGroup::ep)) << 6) << 16;
+                                (three(beside(r, CommGroup::tp)) | three(beside(r, CommGroup::cp)) << 3 | three(beside(r, CommGroup::ep)) << 6) << 16 |
+                                (even(r) ? 1u << 25 : 0u);
           constexpr unsigned kGroupsOnTapes = 1u << int(CommGroup::tp) | 1u << int(CommGroup::cp) | 1u << int(CommGroup::ep);
           const int rank_part = net && ((mask | mask >> 8) & kGroupsOnTapes) != 0 ? r : -1;
           const double lead0 = after_sync(r) ? aligned_lead(r) : 0.0;
@@ -2067,7 +2107,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
                 const std::int8_t comm = k.kind == KernelKind::collective ? std::int8_t(k.group) : std::int8_t(-1);
                 for (std::int32_t l = 0; l < k.launches; ++l) rec.sums.push_back({items[i].phase, dts, comm});
                 rec.launches += std::uint64_t(k.launches);
-                if (comm >= 0) rec.aligned_keep &= 1u << slot_of(k.group) | beside(r, k.group);
+                if (comm >= 0 && !(in_grid(k.group) && even(r))) rec.aligned_keep &= 1u << slot_of(k.group) | beside(r, k.group);
               }
             SCALEOUT_CHECK(ci == claims.size(), "a recorded run's collectives did not all join it");
             for (std::size_t i = claims0; i < claims.size(); ++i) {

@@ -496,11 +496,20 @@ TEST_CASE("kernel runs folded into one task give exactly the per-kernel simulati
                    {"kv_heads", 4},   {"ffn", 1024},    {"vocab", 1024},   {"tied_embeddings", false}};
   host["training"]["seq_len"] = 256;
   plans.push_back({"paced-host-bound", host});
+  // Away from the straggler, GPUs linked by TP and EP groups all as fast as each other: a
+  // barrier of either kind leaves them equal along that dimension and keeps what was equal before,
+  // so after one of each (per pass, after its receive) both kinds join: TP and EP interleaved.
+  Json tpep = base();
+  tpep["model"] = {{"base", "mixtral-8x7b"}, {"layers", 8}};
+  tpep["parallelism"] = {{"dp", 2}, {"tp", 4}, {"pp", 2}, {"ep", 2}, {"sequence_parallel", true}};
+  tpep["faults"] = {{"stragglers", {{{"gpu", 13}, {"slowdown", 1.2}}}}};
+  plans.push_back({"tp-ep-straggler", tpep});
   for (const auto& [name, j] : plans) {
     INFO(name);
     const auto [runs, kernels] = runs_and_kernels(j, 1e-12);
     if (name == "tp-cp") CHECK(runs * 20 < kernels);
     if (name == "tp-pp-straggler" || name == "paced") CHECK(runs * 4 < kernels);
+    if (name == "tp-ep-straggler") CHECK(runs * 20 < kernels);
   }
 }
 
