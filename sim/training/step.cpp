@@ -1435,6 +1435,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     }
     return unsigned(bm);
   };
+  const bool pacing = !net && by_class;  // (paced lock-steps keep the lead's clock in runs)
   struct PacedWait {
     TaskId task;
     int rank, lead;
@@ -1579,15 +1580,27 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         double& rank_acc = (it.phase == Phase::optimizer ? rank_optimizer : it.phase == Phase::recompute ? rank_recompute : rank_compute)[rank];
         double pa = phase_acc, ra = rank_acc;  // summed kernel by kernel, in order, as below
         Time host = host_clock[rank], busy = open_run.busy, floor = open_run.floor, first_busy, first_floor;
-        Time lead_busy = open_run.lead_busy, lead_floor = open_run.lead_floor;
         const double lead_slow = open_run.lead_slowdown;
-        const bool lead = open_run.lead_on && lead_slow != slow;  // (else its clock is the run's)
+        if (pacing && open_run.lead_on && lead_slow != slow) {
+          // The lead's clock over the same launches (its kernels' times at its slowdown).
+          Time lead_host = host, lead_busy = open_run.lead_busy, lead_floor = open_run.lead_floor;
+          for (const Kernel& kernel : kernels) {
+            const Time base = kernel.seconds >= 0 ? Time::from_seconds(kernel.seconds) : cm.time(kernel);
+            const Time lead_dt = lead_slow == 1.0 ? base : Time::from_seconds(base.seconds() * lead_slow);
+            for (std::int32_t l = 0; l < kernel.launches; ++l) {
+              lead_host += hc;
+              lead_busy += lead_dt;
+              lead_floor = max(lead_floor, lead_host) + lead_dt;
+            }
+          }
+          open_run.lead_busy = lead_busy;
+          open_run.lead_floor = lead_floor;
+        }
         std::int64_t launches = 0;
         for (std::size_t k = 0; k < kernels.size(); ++k) {
           const Kernel& kernel = kernels[k];
           const Time base = kernel.seconds >= 0 ? Time::from_seconds(kernel.seconds) : cm.time(kernel);
           const Time dt = slow == 1.0 ? base : Time::from_seconds(base.seconds() * slow);
-          const Time lead_dt = !lead ? dt : lead_slow == 1.0 ? base : Time::from_seconds(base.seconds() * lead_slow);
           const double dts = dt.seconds();
           for (std::int32_t l = 0; l < kernel.launches; ++l) {
             host += hc;
@@ -1600,17 +1613,10 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             }
             busy += dt;
             floor = start_floor + dt;
-            if (lead) {
-              lead_busy += lead_dt;
-              lead_floor = max(lead_floor, host) + lead_dt;
-            }
           }
           launches += kernel.launches;
         }
-        if (lead) {
-          open_run.lead_busy = lead_busy;
-          open_run.lead_floor = lead_floor;
-        } else {
+        if (pacing && !(open_run.lead_on && lead_slow != slow)) {
           open_run.lead_busy = busy;
           open_run.lead_floor = floor;
         }
@@ -1674,7 +1680,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             run.busy += dt;
             run.floor = op_floor + dt;
             run.grown = true;
-            if (run.lead_on && !coll) {
+            if (pacing && run.lead_on && !coll) {
               const Time lead_dt = run.lead_slowdown == slowdown[rank] ? dt
                                    : run.lead_slowdown == 1.0         ? base
                                                                       : Time::from_seconds(base.seconds() * run.lead_slowdown);
@@ -1685,7 +1691,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             // A run opening where the group in lock-step ended its last collective together.
             const bool shared = merging && deps.empty() && after_sync(rank);
             g = add_task_span(rank, kCompute, dt, deps, &kernel, launched);
-            if (merging) {
+            if (merging && !pacing) run = Run{g, dt, launched + dt, true, false, false, 1.0, Time::zero(), Time::zero()};
+            if (merging && pacing) {
               run = Run{g, dt, launched + dt, true, false, false, 1.0, Time::zero(), Time::zero()};
               const double lead = shared ? aligned_lead(rank) : 0.0;
               run.lead_on = shared || coll;
@@ -1700,7 +1707,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             }
             op_floor = launched;
           }
-          if (merging && !synced && coll) {
+          if (pacing && merging && !synced && coll) {
             // The group's members (or this rank alone) end the collective together: the lead's
             // clock is the run's from here.
             run.lead_on = true;
