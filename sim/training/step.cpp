@@ -1174,6 +1174,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // before (the latest along a line of a grid is a function of the other coordinates), and a
   // collective that joins keeps every clock as far from the others as it was. So the group
   // kinds the rank is in lock-step in (`aligned`) add up, barrier by barrier, until a dependency.
+  // Where lock-steps can be paced, stand beside other collectives or add up (below).
+  const bool pacing = !net && by_class;
   std::vector<std::int8_t> even_in(nranks, -1);
   auto even = [&](int rank) {
     std::int8_t& e = even_in[std::size_t(rank)];
@@ -1283,7 +1285,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     const unsigned was = aligned[std::size_t(rank)];
     const TaskId id = add_task(rank, track, dur, one(b), k, release);
     if (track == kCompute) {
-      aligned[std::size_t(rank)] = (deps.empty() && in_grid(g) && even(rank) ? was : 0u) | 1u << slot;
+      aligned[std::size_t(rank)] = (pacing && deps.empty() && in_grid(g) && even(rank) ? was : 0u) | 1u << slot;
       sync_end[std::size_t(rank)] = id + 1;
     }
     info[id].comm = label;
@@ -1435,7 +1437,6 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     }
     return unsigned(bm);
   };
-  const bool pacing = !net && by_class;  // (paced lock-steps keep the lead's clock in runs)
   struct PacedWait {
     TaskId task;
     int rank, lead;
@@ -1446,7 +1447,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   std::vector<PacedWait> paced_waits;
   // Whether a collective kernel joins the rank's run.
   auto joins = [&](int rank, const Kernel& k) {
-    if (!joins_run(rank, k.group) && !lockstep(rank, k.group) && !paced(rank, k.group)) return false;
+    if (!joins_run(rank, k.group) && !lockstep(rank, k.group) && !(pacing && paced(rank, k.group))) return false;
     if (!net || group_size(k.group) <= 1) return true;
     return joined_batch(rank, k).ok;
   };
@@ -1638,10 +1639,10 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         const bool coll = kernel.kind == KernelKind::collective;
         SCALEOUT_CHECK(kernel.launches >= 1 && (!coll || kernel.launches == 1), "a kernel launched repeatedly must be a compute kernel");
         const bool synced = coll && !joins(rank, kernel);  // a collective that waits for its group
-        const bool pace = coll && !synced && paced(rank, kernel.group);  // it waits for the group's lead
+        const bool pace = pacing && coll && !synced && paced(rank, kernel.group);  // it waits for the group's lead
         // Another group's collective ends a lock-step (a barrier sets its own, in sync_task).
-        if (coll && !synced && !(in_grid(kernel.group) && even(rank)))
-          aligned[std::size_t(rank)] &= 1u << slot_of(kernel.group) | beside(rank, kernel.group);
+        if (coll && !synced && !(pacing && in_grid(kernel.group) && even(rank)))
+          aligned[std::size_t(rank)] &= 1u << slot_of(kernel.group) | (pacing ? beside(rank, kernel.group) : 0u);
         Time base;  // a compute kernel's time at full speed
         if (coll) {
           // The tape's kernels carry it (worked out for the stage the tape belongs to). On the
@@ -1689,7 +1690,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             }
           } else {
             // A run opening where the group in lock-step ended its last collective together.
-            const bool shared = merging && deps.empty() && after_sync(rank);
+            const bool shared = pacing && merging && deps.empty() && after_sync(rank);
             g = add_task_span(rank, kCompute, dt, deps, &kernel, launched);
             if (merging && !pacing) run = Run{g, dt, launched + dt, true, false, false, 1.0, Time::zero(), Time::zero()};
             if (merging && pacing) {
@@ -1996,12 +1997,13 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           // (and which of its groups are in lock-step: their collectives join too)
           // (and which lock-steps its joining collectives leave standing)
           auto three = [](unsigned b) { return (b & 1u) | (b >> 3 & 1u) << 1 | (b >> 4 & 1u) << 2; };  // tp, cp, ep
-          const unsigned mask = joining_groups(r) | (locksteps() ? (aligned[std::size_t(r)] & lockable(r)) << 8 : 0u) |
-                                (three(beside(r, CommGroup::tp)) | three(beside(r, CommGroup::cp)) << 3 | three(beside(r, CommGroup::ep)) << 6) << 16 |
-                                (even(r) ? 1u << 25 : 0u);
+          unsigned mask = joining_groups(r) | (locksteps() ? (aligned[std::size_t(r)] & lockable(r)) << 8 : 0u);
+          if (pacing)
+            mask |= (three(beside(r, CommGroup::tp)) | three(beside(r, CommGroup::cp)) << 3 | three(beside(r, CommGroup::ep)) << 6) << 16 |
+                    (even(r) ? 1u << 25 : 0u);
           constexpr unsigned kGroupsOnTapes = 1u << int(CommGroup::tp) | 1u << int(CommGroup::cp) | 1u << int(CommGroup::ep);
           const int rank_part = net && ((mask | mask >> 8) & kGroupsOnTapes) != 0 ? r : -1;
-          const double lead0 = after_sync(r) ? aligned_lead(r) : 0.0;
+          const double lead0 = pacing && after_sync(r) ? aligned_lead(r) : 0.0;
           const SegmentKey key{&item, slowdown[r], mask, rank_part, lead0};
           flush_group();  // the last run's changes first (its instant cannot gather this run's)
           const Time host0 = host_clock[r];
@@ -2114,7 +2116,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
                 const std::int8_t comm = k.kind == KernelKind::collective ? std::int8_t(k.group) : std::int8_t(-1);
                 for (std::int32_t l = 0; l < k.launches; ++l) rec.sums.push_back({items[i].phase, dts, comm});
                 rec.launches += std::uint64_t(k.launches);
-                if (comm >= 0 && !(in_grid(k.group) && even(r))) rec.aligned_keep &= 1u << slot_of(k.group) | beside(r, k.group);
+                if (comm >= 0 && !(pacing && in_grid(k.group) && even(r)))
+                  rec.aligned_keep &= 1u << slot_of(k.group) | (pacing ? beside(r, k.group) : 0u);
               }
             SCALEOUT_CHECK(ci == claims.size(), "a recorded run's collectives did not all join it");
             for (std::size_t i = claims0; i < claims.size(); ++i) {
