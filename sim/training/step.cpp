@@ -1180,7 +1180,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   auto even = [&](int rank) {
     std::int8_t& e = even_in[std::size_t(rank)];
     if (e < 0) {
-      e = by_class && !net ? 1 : 0;
+      e = pacing ? 1 : 0;
       std::vector<char> seen(std::size_t(nranks), 0);
       std::vector<int> todo{rank};
       seen[std::size_t(rank)] = 1;
@@ -1367,19 +1367,18 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   struct Lead {
     double slowdown = 0;  // 0: the members differ otherwise, or are equally fast
     int rank = 0;
+    bool known = false;
   };
   std::vector<std::array<Lead, 7>> lead_in(nranks);
-  std::vector<std::array<std::int8_t, 7>> lead_known(nranks, std::array<std::int8_t, 7>{});
   auto lead_of = [&](int rank, CommGroup g) -> const Lead& {
     Lead& l = lead_in[std::size_t(rank)][std::size_t(slot_of(g))];
-    std::int8_t& known = lead_known[std::size_t(rank)][std::size_t(slot_of(g))];
-    if (!known) {
-      known = 1;
+    if (!l.known) {
+      l.known = true;
       const std::vector<int> reps = reps_in(g, coords_of(rank));
       const bool alike = std::all_of(reps.begin(), reps.end(), [&](int x) {
         return loader_delay[std::size_t(x)] == loader_delay[std::size_t(rank)] && stalls[std::size_t(x)] == stalls[std::size_t(rank)];
       });
-      if (alike && !net && !uniform(rank, g)) {
+      if (alike && pacing && !uniform(rank, g)) {
         l.rank = reps.front();
         for (int x : reps)  // (of equally slow ones the last, as a barrier names the last to arrive)
           if (slowdown[std::size_t(x)] >= slowdown[std::size_t(l.rank)]) l.rank = x;
@@ -1413,7 +1412,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     return 0.0;
   };
   auto paced = [&](int rank, CommGroup g) {
-    if (!locksteps() || net || (aligned[std::size_t(rank)] >> slot_of(g) & 1u) == 0 || lead_of(rank, g).slowdown == 0) return false;
+    if (!merging || !pacing || (aligned[std::size_t(rank)] >> slot_of(g) & 1u) == 0 || lead_of(rank, g).slowdown == 0) return false;
     const Run& run = runs[std::size_t(rank)];
     if (run.open && last_on[rank][kCompute] == run.task + 1) return run.lead_on;
     return after_sync(rank);
@@ -1425,7 +1424,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // between TP collectives of groups of one class each).
   std::vector<std::array<int, 7>> beside_mask(nranks, std::array<int, 7>{-1, -1, -1, -1, -1, -1, -1});
   auto beside = [&](int rank, CommGroup g) -> unsigned {
-    if (net || !by_class || (g != CommGroup::tp && g != CommGroup::cp && g != CommGroup::ep)) return 0u;
+    if (!pacing || !in_grid(g)) return 0u;
     int& bm = beside_mask[std::size_t(rank)][std::size_t(slot_of(g))];
     if (bm < 0) {
       bm = 0;
@@ -1554,6 +1553,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   };
 
   // Emits a plan item's kernels on a rank; returns its first and last compute tasks.
+  // A compute kernel's time at full speed, and at a GPU's slowdown.
+  auto full_speed = [&](const Kernel& kernel) { return kernel.seconds >= 0 ? Time::from_seconds(kernel.seconds) : cm.time(kernel); };
+  auto at_speed = [](Time base, double slow) { return slow == 1.0 ? base : Time::from_seconds(base.seconds() * slow); };
   auto emit = [&](int rank, const PlanItem& item, std::span<const TaskId> first_deps) -> std::pair<TaskId, TaskId> {
     // Tasks point at the kernels: tape kernels stay where they are, an item's own are kept.
     const PlanItem* kept = &item;
@@ -1586,8 +1588,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           // The lead's clock over the same launches (its kernels' times at its slowdown).
           Time lead_host = host, lead_busy = open_run.lead_busy, lead_floor = open_run.lead_floor;
           for (const Kernel& kernel : kernels) {
-            const Time base = kernel.seconds >= 0 ? Time::from_seconds(kernel.seconds) : cm.time(kernel);
-            const Time lead_dt = lead_slow == 1.0 ? base : Time::from_seconds(base.seconds() * lead_slow);
+            const Time lead_dt = at_speed(full_speed(kernel), lead_slow);
             for (std::int32_t l = 0; l < kernel.launches; ++l) {
               lead_host += hc;
               lead_busy += lead_dt;
@@ -1600,8 +1601,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         std::int64_t launches = 0;
         for (std::size_t k = 0; k < kernels.size(); ++k) {
           const Kernel& kernel = kernels[k];
-          const Time base = kernel.seconds >= 0 ? Time::from_seconds(kernel.seconds) : cm.time(kernel);
-          const Time dt = slow == 1.0 ? base : Time::from_seconds(base.seconds() * slow);
+          const Time dt = at_speed(full_speed(kernel), slow);
           const double dts = dt.seconds();
           for (std::int32_t l = 0; l < kernel.launches; ++l) {
             host += hc;
@@ -1650,8 +1650,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           dt = collective_dt(rank, kernel);
           if (!synced || !net) comm_total(kernel.group)[rank] += dt.seconds();
         } else {
-          base = kernel.seconds >= 0 ? Time::from_seconds(kernel.seconds) : cm.time(kernel);
-          dt = slowdown[rank] == 1.0 ? base : Time::from_seconds(base.seconds() * slowdown[rank]);
+          base = full_speed(kernel);
+          dt = at_speed(base, slowdown[rank]);
         }
         for (std::int32_t launch = 0; launch < kernel.launches; ++launch) {
           const bool first_launch = k == 0 && launch == 0, last_launch = k + 1 == kernels.size() && launch + 1 == kernel.launches;
@@ -1682,9 +1682,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             run.floor = op_floor + dt;
             run.grown = true;
             if (pacing && run.lead_on && !coll) {
-              const Time lead_dt = run.lead_slowdown == slowdown[rank] ? dt
-                                   : run.lead_slowdown == 1.0         ? base
-                                                                      : Time::from_seconds(base.seconds() * run.lead_slowdown);
+              const Time lead_dt = run.lead_slowdown == slowdown[rank] ? dt : at_speed(base, run.lead_slowdown);
               run.lead_busy += lead_dt;
               run.lead_floor = max(run.lead_floor, launched) + lead_dt;
             }
@@ -1692,19 +1690,14 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             // A run opening where the group in lock-step ended its last collective together.
             const bool shared = pacing && merging && deps.empty() && after_sync(rank);
             g = add_task_span(rank, kCompute, dt, deps, &kernel, launched);
-            if (merging && !pacing) run = Run{g, dt, launched + dt, true, false, false, 1.0, Time::zero(), Time::zero()};
+            if (merging) run = Run{g, dt, launched + dt, true, false, false, 1.0, Time::zero(), Time::zero()};
             if (merging && pacing) {
-              run = Run{g, dt, launched + dt, true, false, false, 1.0, Time::zero(), Time::zero()};
               const double lead = shared ? aligned_lead(rank) : 0.0;
+              const Time lead_dt = lead > 0 && !coll ? at_speed(base, lead) : dt;
               run.lead_on = shared || coll;
               run.lead_slowdown = lead > 0 ? lead : slowdown[rank];
-              run.lead_busy = dt;
-              run.lead_floor = launched + dt;
-              if (lead > 0 && !coll) {
-                const Time lead_dt = lead == 1.0 ? base : Time::from_seconds(base.seconds() * lead);
-                run.lead_busy = lead_dt;
-                run.lead_floor = launched + lead_dt;
-              }
+              run.lead_busy = lead_dt;
+              run.lead_floor = launched + lead_dt;
             }
             op_floor = launched;
           }
@@ -1833,8 +1826,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   };
   auto kernel_dt = [&](int rank, const Kernel& kernel) {
     if (kernel.kind == KernelKind::collective) return collective_dt(rank, kernel);
-    const Time base = kernel.seconds >= 0 ? Time::from_seconds(kernel.seconds) : cm.time(kernel);
-    return slowdown[rank] == 1.0 ? base : Time::from_seconds(base.seconds() * slowdown[rank]);
+    return at_speed(full_speed(kernel), slowdown[rank]);
   };
   auto rank_total = [&](Phase p) -> std::vector<double>& {
     return p == Phase::optimizer ? rank_optimizer : p == Phase::recompute ? rank_recompute : rank_compute;
