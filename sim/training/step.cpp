@@ -1174,13 +1174,22 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // before (the latest along a line of a grid is a function of the other coordinates), and a
   // collective that joins keeps every clock as far from the others as it was. So the group
   // kinds the rank is in lock-step in (`aligned`) add up, barrier by barrier, until a dependency.
-  // Where lock-steps can be paced, stand beside other collectives or add up (below).
-  const bool pacing = !net && by_class;
+  // Where lock-steps stand beside other collectives or add up (below): the analytic network, by
+  // classes, where a collective takes the same time in every group of its kind. On the flow
+  // network two groups' launched collectives of one kind can take different times (one meets
+  // other traffic), so a barrier there sets only its own kind.
+  const bool grid = !net && by_class;
+  // Where lock-steps can be paced (`paced`, below): there too, and on the flow network where
+  // collectives join runs (a paced collective joins: its batch has its links to itself, the
+  // claims' check says so after the step) and some GPU is slower than another.
+  const bool pacing = grid || (by_class && flow_joins && std::any_of(slowdown.begin(), slowdown.end(), [&](double x) {
+                                 return x != slowdown.front();
+                               }));
   std::vector<std::int8_t> even_in(nranks, -1);
   auto even = [&](int rank) {
     std::int8_t& e = even_in[std::size_t(rank)];
     if (e < 0) {
-      e = pacing ? 1 : 0;
+      e = grid ? 1 : 0;
       std::vector<char> seen(std::size_t(nranks), 0);
       std::vector<int> todo{rank};
       seen[std::size_t(rank)] = 1;
@@ -1412,7 +1421,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     return 0.0;
   };
   auto paced = [&](int rank, CommGroup g) {
-    if (!merging || !pacing || (aligned[std::size_t(rank)] >> slot_of(g) & 1u) == 0 || lead_of(rank, g).slowdown == 0) return false;
+    if (!merging || !pacing || (aligned[std::size_t(rank)] >> slot_of(g) & 1u) == 0 || lead_of(rank, g).slowdown == 0 || barred(rank, g))
+      return false;
     const Run& run = runs[std::size_t(rank)];
     if (run.open && last_on[rank][kCompute] == run.task + 1) return run.lead_on;
     return after_sync(rank);
@@ -1424,7 +1434,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // between TP collectives of groups of one class each).
   std::vector<std::array<int, 7>> beside_mask(nranks, std::array<int, 7>{-1, -1, -1, -1, -1, -1, -1});
   auto beside = [&](int rank, CommGroup g) -> unsigned {
-    if (!pacing || !in_grid(g)) return 0u;
+    if (!grid || !in_grid(g)) return 0u;
     int& bm = beside_mask[std::size_t(rank)][std::size_t(slot_of(g))];
     if (bm < 0) {
       bm = 0;
@@ -1761,13 +1771,14 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   }
   auto& segments = tapes.segments;
   auto& seen_once = tapes.seen_once;  // stretches met once: recorded the second time
-  std::vector<int> lockable_mask(nranks, -1);  // by rank: the groups whose members are alike (`uniform`)
+  std::vector<int> lockable_mask(nranks, -1);  // by rank: the groups whose members are alike (`uniform`; on the flow network, or paced) and not barred
   auto lockable = [&](int rank) {
     int& mask = lockable_mask[std::size_t(rank)];
     if (mask < 0) {
       mask = 0;
       for (CommGroup g : {CommGroup::tp, CommGroup::cp, CommGroup::ep})
-        if (group_size(g) > 1 && uniform(rank, g) && !barred(rank, g)) mask |= 1 << slot_of(g);
+        if (group_size(g) > 1 && (uniform(rank, g) || (net && pacing && lead_of(rank, g).slowdown != 0)) && !barred(rank, g))
+          mask |= 1 << slot_of(g);
     }
     return unsigned(mask);
   };

@@ -519,8 +519,10 @@ TEST_CASE("on the flow network, collectives on links of their own join runs and 
   // what it takes alone and joins the rank's run. With eight GPUs a node, two TP groups and the
   // pipeline's sends share the NVLink ports: the step finds that while it is built and launches
   // every collective on the network instead. A straggler: by classes, the groups all of one class
-  // join, the straggler's own group keeps its barrier. Every plan must give what the per-kernel
-  // simulation (a trace keeps every kernel a task, every collective launched) gives.
+  // join, and so does the straggler's own group, paced by its slowest member (two stragglers of
+  // unequal speed in one group; then a model small enough that the host's launches set the pace).
+  // Every plan must give what the per-kernel simulation (a trace keeps every kernel a task, every
+  // collective launched) gives.
   auto plan = [](int gpus_per_node) {
     return Json{{"model", {{"arch", "llama"}, {"layers", 4}, {"hidden", 2048}, {"heads", 16}, {"kv_heads", 16}, {"ffn", 8192},
                            {"vocab", 1024}, {"tied_embeddings", false}}},
@@ -539,11 +541,19 @@ TEST_CASE("on the flow network, collectives on links of their own join runs and 
   Json slow = plan(4);
   slow["faults"] = {{"stragglers", {{{"gpu", 5}, {"slowdown", 1.3}}}}};
   plans.push_back({"straggler", slow});
+  Json paced = plan(4);
+  paced["faults"] = {{"stragglers", {{{"gpu", 1}, {"slowdown", 1.1}}, {{"gpu", 2}, {"slowdown", 1.3}}}}};
+  plans.push_back({"paced", paced});
+  Json host = paced;
+  host["model"] = {{"arch", "llama"}, {"layers", 4},    {"hidden", 256},   {"heads", 4},
+                   {"kv_heads", 4},   {"ffn", 1024},    {"vocab", 1024},   {"tied_embeddings", false}};
+  host["training"]["seq_len"] = 256;
+  plans.push_back({"paced-host-bound", host});
   for (const auto& [name, j] : plans) {
     INFO(name);
     // On the network a launched collective's total is summed from its tasks: 1e-9.
     const auto [runs, kernels] = runs_and_kernels(j, 1e-9);
-    if (name == "tp-node") CHECK(runs * 10 < kernels);
+    if (name == "tp-node" || name == "straggler" || name == "paced" || name == "paced-host-bound") CHECK(runs * 10 < kernels);
   }
   // Without a pipeline a long accumulation is extended from windows of 2, 3 and 4 micro-batches,
   // whose later rounds replay the runs the first recorded (joined collectives included): the
