@@ -16,11 +16,39 @@ class MemoryTracker {
   // time order, before any later alloc() or free(), or by settle().
   void later(MemCategory c, double signed_bytes, Time at) {
     // Runs follow one another on a stream, so changes mostly come in time order: appended here.
-    if (pending_.size() == head_ || !(at < pending_.back().at)) {
-      pending_.push_back({at, c, signed_bytes});
+    if (pending_.size() == head_ || !(at < back_end_)) {
+      pending_.push_back({at, signed_bytes, nullptr, c});
+      back_end_ = at;
       return;
     }
     insert_pending(c, signed_bytes, at);
+  }
+  // A recorded run's changes, summed up ahead so that they can be applied at once: the same
+  // level, peak and breakdown as applying them one by one, where nothing else of the GPU's falls
+  // between its first change and its last and every byte count is whole (sums of whole numbers
+  // below 2^53 are exact in any order). Anything else is told them one by one.
+  struct Block {
+    struct Change {
+      Time offset;  // from the run's start
+      double bytes;
+      MemCategory c;
+    };
+    std::vector<Change> changes;  // in time order
+    std::array<double, kMemCategoryCount> net{}, at_peak{};  // their sum; the sum up to the highest running total
+    double net_total = 0, peak_gain = 0, low_gain = 0;       // the sum; the highest and lowest running totals
+    Time peak_offset, span;                                   // where the highest is; last change's offset - first's
+    // Sums the changes up; false where they do not qualify (out of time order, a part of a byte).
+    bool build();
+  };
+  // The block's changes, for a run that started at `start`.
+  void later_block(const Block& b, Time start) {
+    const Time first = start + b.changes.front().offset;
+    if (!keep_ && (pending_.size() == head_ || !(first < back_end_))) {
+      pending_.push_back({first, 0.0, &b, MemCategory::other});
+      back_end_ = first + b.span;
+      return;
+    }
+    for (const Block::Change& x : b.changes) later(x.c, x.bytes, start + x.offset);
   }
   // Applies every change still waiting; call before reading the peak.
   void settle();
@@ -39,17 +67,23 @@ class MemoryTracker {
   bool keep_ = false;
   std::vector<std::pair<Time, double>> timeline_;
   struct Pending {
-    Time at;
-    MemCategory c;
+    Time at;  // a block's: its first change's
     double bytes;
+    const Block* block;  // or a change of its own
+    MemCategory c;
   };
   // In time order (changes arrive in runs that follow one another on one stream; one that does
-  // not is put in its place), applied from `head_`.
+  // not is put in its place), applied from `head_`. Nothing falls inside a block's span: a change
+  // that would is met by the block told one by one in its place (`expand`).
   std::vector<Pending> pending_;
   std::size_t head_ = 0;
+  Time back_end_;  // the last pending entry's time (a block's: its last change's)
   void drain(Time upto);
   void insert_pending(MemCategory c, double signed_bytes, Time at);
+  void expand(std::size_t i);
+  bool whole() const;
   void apply(MemCategory c, double bytes, Time at);
+  void apply_block(const Block& b, Time start);
 };
 
 }  // namespace scaleout

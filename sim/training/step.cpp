@@ -177,6 +177,8 @@ struct Segment {
   };
   std::vector<Sum> sums;  // each kernel's time, in order, for the phase, rank and comm totals
   std::vector<RunChange> changes;
+  MemoryTracker::Block block;  // the changes summed up, where none waits for the host (has_block)
+  bool has_block = false;
   InstantGroup open_group;  // the run's last instant, still gathering (when open)
   // Flow network: its collectives, where each starts in the run (the floor from the clock at the
   // start) and how long it takes (see Claim in simulate_step_round).
@@ -361,11 +363,11 @@ class TaskLists {
 // go to the columns as usual.
 class RunChanges {
  public:
-  void refer(TaskId task, std::span<const RunChange> changes, Time shift) {
+  void refer(TaskId task, std::span<const RunChange> changes, Time shift, const MemoryTracker::Block* block) {
     SCALEOUT_CHECK(first_.empty() || task + 1 >= first_.size(), "run changes listed out of task order");
     if (task >= first_.size()) first_.resize(std::size_t(task) + 1, static_cast<std::uint32_t>(offset_.size()));
     if (ref_of_.size() <= task) ref_of_.resize(std::size_t(task) + 1, 0);
-    refs_.push_back({changes, shift});
+    refs_.push_back({changes, shift, block});
     ref_of_[task] = static_cast<std::uint32_t>(refs_.size());
   }
   void reserve(std::size_t changes) {
@@ -383,13 +385,17 @@ class RunChanges {
     category_.push_back(static_cast<std::uint8_t>(c));
   }
   std::size_t size() const { return offset_.size(); }
-  // f(category, signed bytes, offset, floor) for each of the task's changes (floor zero: none).
-  template <class F>
-  void for_each(TaskId task, F&& f) const {
+  // f(category, signed bytes, offset, floor) for each of the task's changes (floor zero: none),
+  // or whole(block) for a record's summed up (MemoryTracker::Block) and f for the rest.
+  template <class W, class F>
+  void for_each(TaskId task, W&& whole, F&& f) const {
     if (task >= first_.size()) return;
     if (task < ref_of_.size() && ref_of_[task] != 0) {
       const Ref& ref = refs_[ref_of_[task] - 1];
-      for (const RunChange& c : ref.changes) f(c.category, c.bytes, c.offset, c.floor > Time::zero() ? c.floor + ref.shift : Time::zero());
+      if (ref.block)
+        whole(*ref.block);
+      else
+        for (const RunChange& c : ref.changes) f(c.category, c.bytes, c.offset, c.floor > Time::zero() ? c.floor + ref.shift : Time::zero());
     }
     const std::uint32_t begin = first_[task];
     const std::uint32_t end = task + 1 < first_.size() ? first_[task + 1] : static_cast<std::uint32_t>(offset_.size());
@@ -416,6 +422,7 @@ class RunChanges {
   struct Ref {
     std::span<const RunChange> changes;
     Time shift;
+    const MemoryTracker::Block* block;  // the same changes summed up, or null
   };
   std::vector<Ref> refs_;
   std::vector<std::uint32_t> ref_of_;  // by task: 1 + its entry in refs_, 0: none
@@ -2066,7 +2073,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             aligned[std::size_t(r)] &= rec.aligned_keep;
             for (const Segment::Claimed& c : rec.claims)
               claim(r, *c.kernel, g, c.offset, c.floor > Time::zero() ? c.floor + host0 : Time::zero(), c.dt);
-            run_ops.refer(g, rec.changes, host0);
+            run_ops.refer(g, rec.changes, host0, rec.has_block ? &rec.block : nullptr);
             if (rec.open_group.open) {
               group = rec.open_group;
               group.task = g;
@@ -2130,6 +2137,13 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             run_ops.for_range(std::uint32_t(c0), std::uint32_t(run_ops.size()), [&](MemCategory c, double bytes, Time offset, Time floor) {
               rec.changes.push_back({offset, floor > Time::zero() ? floor - host0 : Time::zero(), bytes, c});
             });
+            // Summed up where no change waits for the host (each is then the run's start plus its offset).
+            if (!rec.changes.empty() && std::all_of(rec.changes.begin(), rec.changes.end(), [](const RunChange& c) { return c.floor == Time::zero(); })) {
+              rec.block.changes.reserve(rec.changes.size());
+              for (const RunChange& c : rec.changes) rec.block.changes.push_back({c.offset, c.bytes, c.category});
+              rec.has_block = rec.block.build();
+              if (!rec.has_block) rec.block.changes.clear();
+            }
             if (group.open && group.task == g) {
               rec.open_group = group;
               rec.open_group.floor = group.floor - host0;
@@ -2406,7 +2420,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   ex.on_start([&](TaskId id, Time at) {
     MemoryTracker& mem = ranks[info[id].rank].mem;
     opens.for_each(id, [&](const MemOp& mo) { mem.alloc(mo.category, mo.bytes, at); });
-    run_ops.for_each(id, [&](MemCategory c, double bytes, Time offset, Time floor) { mem.later(c, bytes, max(at + offset, floor)); });
+    run_ops.for_each(
+        id, [&](const MemoryTracker::Block& b) { mem.later_block(b, at); },
+        [&](MemCategory c, double bytes, Time offset, Time floor) { mem.later(c, bytes, max(at + offset, floor)); });
   });
   ex.on_finish([&](TaskId id, Time at) {
     closes.for_each(id, [&](const MemOp& mo) { ranks[info[id].rank].mem.free(mo.category, mo.bytes, at); });
@@ -2919,9 +2935,12 @@ StepResult simulate_step(const StepConfig& cfg) {
   for (std::size_t i = 0; i < r.peak_breakdown.size(); ++i) ext(r.peak_breakdown[i], a.peak_breakdown[i]);
   for (std::size_t i = 0; i < r.rank_peak_bytes.size() && i < a.rank_peak_bytes.size(); ++i)
     ext(r.rank_peak_bytes[i], a.rank_peak_bytes[i]);
+  // (The windows' rounds can differ in how many collectives join runs: a longer window may take
+  // fewer events than a shorter one. The estimate is then the longest window's count.)
   double kernels = double(r.kernels), events = double(r.events);
   ext(kernels, double(a.kernels));
   ext(events, double(a.events));
+  events = std::max(events, double(r.events));
   r.kernels = std::uint64_t(std::llround(kernels));
   r.events = std::uint64_t(std::llround(events));
   r.micro_batches = m;

@@ -420,6 +420,29 @@ TEST_CASE("on the flow network, data-parallel traffic in every micro-batch is no
   CHECK(simulated_micro_batches(step_config(parse_scenario(j, "test.json"))) == 4);
 }
 
+TEST_CASE("an extended step never reports fewer events than its longest window took", "[parallel][extrapolate]") {
+  // A random comparison's plan: its windows' rounds joined collectives differently, 2, 3 and 4
+  // micro-batches taking 990, 896 and 834 events; extended linearly to 40 that count went below
+  // zero and was reported as 2^64 minus a few thousand.
+  const Json j = {{"model", {{"arch", "llama"}, {"layers", 4}, {"hidden", 1024}, {"heads", 8}, {"kv_heads", 8}, {"ffn", 4096},
+                             {"vocab", 1024}, {"tied_embeddings", false}, {"experts", 4}, {"top_k", 2}}},
+                  {"cluster", {{"topology", {{"nodes", 4}, {"gpus_per_node", 8}, {"node", "nvswitch"}, {"nics_per_node", 8},
+                                             {"network", "infiniband-ndr"}, {"fabric", "fat-tree"}, {"levels", 2}, {"switch_radix", 8}}},
+                               {"gpu", "h100-sxm"}}},
+                  {"training", {{"seq_len", 1024}, {"micro_batch", 1}, {"global_batch", 1280}, {"precision", "bf16-mixed"}}},
+                  {"parallelism", {{"dp", 32}, {"ep", 2}, {"zero", 1}, {"overlap_grad_reduce", false}}},
+                  {"faults", {{"stragglers", {{{"gpu", 11}, {"slowdown", 1.2}, {"loader_delay", "2 ms"}}}}}},
+                  {"simulation", {{"network", "flow"}}}};
+  const StepConfig c = step_config(parse_scenario(j, "test.json"));
+  const StepResult r = simulate_step(c);
+  REQUIRE(r.extrapolated_from == 4);
+  const std::int64_t window[] = {4};
+  const StepResult last = simulate_steps_exact(c, window).front();
+  CHECK(r.events >= last.events);
+  CHECK(r.events < 100 * last.events);
+  CHECK(r.kernels > last.kernels);
+}
+
 TEST_CASE("kernel runs folded into one task give exactly the per-kernel simulation", "[parallel][runs]") {
   // A trace keeps every kernel a task of its own; without one, runs of kernels become one task,
   // and a run met again (the same plan items on a GPU as fast) is replayed from its record.
