@@ -170,12 +170,12 @@ struct Segment {
   Time first_dt, first_launch, host, busy, floor;  // floors and the host clock from the clock at the start
   bool grown = false;
   std::uint64_t launches = 0;
-  struct Sum {
-    Phase phase;
-    double dt;
-    std::int8_t comm = -1;  // a collective's group (its rank total); -1: a compute kernel
-  };
-  std::vector<Sum> sums;  // each kernel's time, in order, for the phase, rank and comm totals
+  // Each kernel's time, in order, by the total it adds to: its phase's, the rank's (compute:
+  // forward and backward; recompute; optimizer), a collective's group's. Each total is a sum in
+  // order, so a replay adds each list in order: the same sums as kernel by kernel, in tight loops.
+  std::array<std::vector<double>, 4> by_phase;
+  std::array<std::vector<double>, 3> by_rank_total;
+  std::vector<std::pair<CommGroup, double>> comm;
   std::vector<RunChange> changes;
   MemoryTracker::Block block;  // the changes summed up, where none waits for the host (has_block)
   bool has_block = false;
@@ -1846,6 +1846,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     if (kernel.kind == KernelKind::collective) return collective_dt(rank, kernel);
     return at_speed(full_speed(kernel), slowdown[rank]);
   };
+  // (Segment::by_rank_total's order: compute, recompute, optimizer.)
+  auto rank_total_of = [](Phase p) -> std::size_t { return p == Phase::optimizer ? 2 : p == Phase::recompute ? 1 : 0; };
+  static constexpr Phase kRankTotalPhase[3] = {Phase::forward, Phase::recompute, Phase::optimizer};
   auto rank_total = [&](Phase p) -> std::vector<double>& {
     return p == Phase::optimizer ? rank_optimizer : p == Phase::recompute ? rank_recompute : rank_compute;
   };
@@ -2061,14 +2064,20 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
               paced_waits.push_back({g, r, lead_of(r, x.group).rank, x.group, x.busy, x.floor + host0, x.lead_busy, x.lead_floor + host0,
                                      x.launched + host0});
             host_clock[r] = host0 + rec.host;
-            for (const Segment::Sum& x : rec.sums) {
-              if (x.comm >= 0) {
-                comm_total(static_cast<CommGroup>(x.comm))[r] += x.dt;
-                continue;
-              }
-              phase_time[static_cast<int>(x.phase)] += x.dt;
-              rank_total(x.phase)[r] += x.dt;
+            for (std::size_t p = 0; p < rec.by_phase.size(); ++p) {
+              if (rec.by_phase[p].empty()) continue;
+              double sum = phase_time[p];
+              for (const double dt : rec.by_phase[p]) sum += dt;
+              phase_time[p] = sum;
             }
+            for (std::size_t t = 0; t < rec.by_rank_total.size(); ++t) {
+              if (rec.by_rank_total[t].empty()) continue;
+              double& total = rank_total(kRankTotalPhase[t])[r];
+              double sum = total;
+              for (const double dt : rec.by_rank_total[t]) sum += dt;
+              total = sum;
+            }
+            for (const auto& [kind, dt] : rec.comm) comm_total(kind)[r] += dt;
             if (q_of(r) == 0) res.kernels += rec.launches;
             aligned[std::size_t(r)] &= rec.aligned_keep;
             for (const Segment::Claimed& c : rec.claims)
@@ -2115,18 +2124,22 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
               const PacedWait& pw = paced_waits[i];
               rec.waits.push_back({pw.group, pw.busy, pw.floor - host0, pw.lead_busy, pw.lead_floor - host0, pw.launched - host0});
             }
-            std::size_t n = 0;
-            for (std::size_t i = idx; i < j; ++i)
-              for (const Kernel& k : items[i].kernels()) n += std::size_t(k.launches);
-            rec.sums.reserve(n);
             rec.changes.reserve(run_ops.size() - c0);
             for (std::size_t i = idx; i < j; ++i)
               for (const Kernel& k : items[i].kernels()) {
                 const double dts = dt_of(k).seconds();
-                const std::int8_t comm = k.kind == KernelKind::collective ? std::int8_t(k.group) : std::int8_t(-1);
-                for (std::int32_t l = 0; l < k.launches; ++l) rec.sums.push_back({items[i].phase, dts, comm});
+                const bool comm = k.kind == KernelKind::collective;
+                const Phase ph = items[i].phase;
+                for (std::int32_t l = 0; l < k.launches; ++l) {
+                  if (comm) {
+                    rec.comm.emplace_back(k.group, dts);
+                  } else {
+                    rec.by_phase[std::size_t(ph)].push_back(dts);
+                    rec.by_rank_total[rank_total_of(ph)].push_back(dts);
+                  }
+                }
                 rec.launches += std::uint64_t(k.launches);
-                if (comm >= 0 && !(pacing && in_grid(k.group) && even(r)))
+                if (comm && !(pacing && in_grid(k.group) && even(r)))
                   rec.aligned_keep &= 1u << slot_of(k.group) | (pacing ? beside(r, k.group) : 0u);
               }
             SCALEOUT_CHECK(ci == claims.size(), "a recorded run's collectives did not all join it");
