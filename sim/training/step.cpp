@@ -1347,21 +1347,36 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     bool ok = false;
   };
   std::map<std::tuple<std::uint32_t, int, double>, JoinedBatch> joined_batches;  // (owner, kind, bytes)
-  auto joined_batch = [&](int rank, const Kernel& k) -> const JoinedBatch& {
-    const std::uint32_t owner = owner_of(rank, k.group);
-    auto [pos, fresh] = joined_batches.try_emplace({owner, int(k.coll), k.bytes});
-    if (fresh) {
-      const Coords c = coords_of(rank);
-      JoinedBatch& j = pos->second;
-      // Folded, the batch a launched collective of the group would run (the same one).
-      j.batch = plain_fold ? folded_batch(rank, k.group, k.coll, k.bytes)
-                           : prepare(group_specs(k.group, c, k.coll, k.bytes, reps_in(k.group, c)));
-      const AloneTiming t = batch_alone(*net, *j.batch);
-      j.dt = t.first_end;
-      j.ok = t.ends_together;
-    }
-    return pos->second;
+  // A rank meets the same collective kernels (the tapes', or items kept for the round) pass after
+  // pass: each one's batch and owner are looked up once, by the rank and the kernel's address.
+  struct KernelBatch {
+    const JoinedBatch* batch = nullptr;
+    std::uint32_t owner = 0;
+    bool claimed = false;  // its batch is among its owner's claimed ones
   };
+  std::unordered_map<std::uint64_t, KernelBatch> kernel_batches;
+  auto kernel_batch = [&](int rank, const Kernel& k) -> KernelBatch& {
+    const std::uint64_t key = std::uint64_t(std::uint32_t(rank)) << 48 | std::uint64_t(reinterpret_cast<std::uintptr_t>(&k));
+    auto [at, added] = kernel_batches.try_emplace(key);
+    if (added) {
+      const std::uint32_t owner = owner_of(rank, k.group);
+      auto [pos, fresh] = joined_batches.try_emplace({owner, int(k.coll), k.bytes});
+      if (fresh) {
+        const Coords c = coords_of(rank);
+        JoinedBatch& j = pos->second;
+        // Folded, the batch a launched collective of the group would run (the same one).
+        j.batch = plain_fold ? folded_batch(rank, k.group, k.coll, k.bytes)
+                             : prepare(group_specs(k.group, c, k.coll, k.bytes, reps_in(k.group, c)));
+        const AloneTiming t = batch_alone(*net, *j.batch);
+        j.dt = t.first_end;
+        j.ok = t.ends_together;
+      }
+      at->second.batch = &pos->second;
+      at->second.owner = owner;
+    }
+    return at->second;
+  };
+  auto joined_batch = [&](int rank, const Kernel& k) -> const JoinedBatch& { return *kernel_batch(rank, k).batch; };
   // Whether the simulated ranks standing for a group's members are alike: the same slowdown, data
   // loader and stalls (by classes, a group of several classes).
   std::vector<std::array<std::int8_t, 7>> uniform_in(nranks, std::array<std::int8_t, 7>{-1, -1, -1, -1, -1, -1, -1});
@@ -1477,11 +1492,13 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   };
   // A joined collective's claim (see Claim).
   auto claim = [&](int rank, const Kernel& kernel, TaskId task, Time offset, Time floor, Time dt) {
-    const JoinedBatch& j = joined_batch(rank, kernel);
-    const std::uint32_t owner = owner_of(rank, kernel.group);
-    auto& batches = owners[owner].claimed;
-    if (std::find(batches.begin(), batches.end(), j.batch.get()) == batches.end()) batches.push_back(j.batch.get());
-    claims.push_back({&kernel, task, owner, pass_no[std::size_t(rank)], offset, floor, dt});
+    KernelBatch& kb = kernel_batch(rank, kernel);
+    if (!kb.claimed) {
+      kb.claimed = true;
+      auto& batches = owners[kb.owner].claimed;
+      if (std::find(batches.begin(), batches.end(), kb.batch->batch.get()) == batches.end()) batches.push_back(kb.batch->batch.get());
+    }
+    claims.push_back({&kernel, task, kb.owner, pass_no[std::size_t(rank)], offset, floor, dt});
   };
 
   // Build each stage's chunks.
