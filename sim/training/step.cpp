@@ -2518,10 +2518,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       std::vector<std::pair<Time, Time>> iv;
       std::vector<Time> reach;
     };
-    auto sorted_of = [](std::vector<std::pair<Time, Time>> in) {
-      Sorted out;
-      // Mostly a few runs already in order (a group's claims, member by member; what the network
-      // saw, as flows ended): merged run by run, sorted outright past a few.
+    // Mostly a few runs already in order (a group's claims, member by member; what the network
+    // saw, as flows ended): merged run by run, sorted outright past a few.
+    auto in_order = [](auto& in) {
       std::vector<std::size_t> ends;
       for (std::size_t i = 1; i < in.size() && ends.size() <= 8; ++i)
         if (in[i] < in[i - 1]) ends.push_back(i);
@@ -2532,14 +2531,14 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           std::inplace_merge(in.begin(), in.begin() + std::ptrdiff_t(ends[k]),
                              k + 1 < ends.size() ? in.begin() + std::ptrdiff_t(ends[k + 1]) : in.end());
       }
+    };
+    auto sorted_of = [&in_order](std::vector<std::pair<Time, Time>> in) {
+      Sorted out;
+      in_order(in);
       out.reach.resize(in.size());
       for (std::size_t i = 0; i < in.size(); ++i) out.reach[i] = i == 0 ? in[i].second : max(out.reach[i - 1], in[i].second);
       out.iv = std::move(in);
       return out;
-    };
-    auto meets = [](const Sorted& x, Time a, Time b) {
-      const auto before = std::lower_bound(x.iv.begin(), x.iv.end(), std::make_pair(b, Time::zero()));
-      return before != x.iv.begin() && x.reach[std::size_t(before - x.iv.begin()) - 1] > a;
     };
     std::vector<std::unique_ptr<Sorted>> held_sorted(n);  // groups' claims, sorted once when needed
     std::vector<std::unique_ptr<Sorted>> busy_sorted(n);  // what the network saw on their links
@@ -2552,15 +2551,35 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         others[w].push_back(held_sorted[o].get());
       }
     }
+    // A group stops joining from the lowest pass of its claims that met something. Its claims by
+    // their end, each list swept with a pointer (the intervals that start before a claim's end
+    // only grow as that end does): the same as asking claim by claim, in any order.
     std::vector<std::int64_t> from(n, std::numeric_limits<std::int64_t>::max());
+    std::vector<std::vector<std::tuple<Time, Time, std::int32_t>>> by_end(n);  // (until, at, pass)
     std::vector<std::size_t> k(n, 0);
     for (const Claim& c : claims) {
       if (c.dt <= Time::zero()) continue;
-      const Time at = held[c.who][k[c.who]++].first, until = at + c.dt;
-      if (!busy_sorted[c.who] || c.pass >= from[c.who]) continue;
-      bool met = meets(*busy_sorted[c.who], at, until);
-      for (std::size_t i = 0; !met && i < others[c.who].size(); ++i) met = meets(*others[c.who][i], at, until);
-      if (met) from[c.who] = c.pass;
+      const Time at = held[c.who][k[c.who]++].first;
+      if (busy_sorted[c.who]) by_end[c.who].emplace_back(at + c.dt, at, c.pass);
+    }
+    for (std::uint32_t w = 0; w < n; ++w) {
+      if (by_end[w].empty()) continue;
+      in_order(by_end[w]);
+      std::vector<const Sorted*> lists{busy_sorted[w].get()};
+      lists.insert(lists.end(), others[w].begin(), others[w].end());
+      std::vector<std::size_t> before(lists.size(), 0);  // intervals starting before the claim's end
+      for (const auto& [until, at, pass] : by_end[w]) {
+        if (pass >= from[w]) continue;
+        for (std::size_t i = 0; i < lists.size(); ++i) {
+          const Sorted& x = *lists[i];
+          std::size_t& b = before[i];
+          while (b < x.iv.size() && x.iv[b].first < until) ++b;
+          if (b > 0 && x.reach[b - 1] > at) {
+            from[w] = pass;
+            break;
+          }
+        }
+      }
     }
     bool barred_more = false;
     for (std::uint32_t w = 0; w < n; ++w) {
