@@ -27,6 +27,14 @@ Json two_node_plan(int nics_per_node) {
 
 StepResult run(const Json& j) { return simulate_scenario(parse_scenario(j, "test.json")); }
 
+// The same plan with a model small enough that the host's launches set the pace.
+Json host_bound(Json j) {
+  j["model"] = {{"arch", "llama"}, {"layers", 4},  {"hidden", 256}, {"heads", 4},
+                {"kv_heads", 4},   {"ffn", 1024},  {"vocab", 1024}, {"tied_embeddings", false}};
+  j["training"]["seq_len"] = 256;
+  return j;
+}
+
 // A plan simulated with runs of kernels folded into tasks, and with every kernel a task of its own
 // (a trace keeps them): every figure must agree (`comm`: the tolerance of the comm totals).
 // Returns the two event counts.
@@ -514,11 +522,7 @@ TEST_CASE("kernel runs folded into one task give exactly the per-kernel simulati
   paced["parallelism"] = {{"dp", 2}, {"tp", 4}, {"pp", 2}, {"sequence_parallel", true}};
   paced["faults"] = {{"stragglers", {{{"gpu", 1}, {"slowdown", 1.1}}, {{"gpu", 2}, {"slowdown", 1.3}}}}};
   plans.push_back({"paced", paced});
-  Json host = paced;
-  host["model"] = {{"arch", "llama"}, {"layers", 4},    {"hidden", 256},   {"heads", 4},
-                   {"kv_heads", 4},   {"ffn", 1024},    {"vocab", 1024},   {"tied_embeddings", false}};
-  host["training"]["seq_len"] = 256;
-  plans.push_back({"paced-host-bound", host});
+  plans.push_back({"paced-host-bound", host_bound(paced)});
   // Away from the straggler, GPUs linked by TP and EP groups all as fast as each other: a
   // barrier of either kind leaves them equal along that dimension and keeps what was equal before,
   // so after one of each (per pass, after its receive) both kinds join: TP and EP interleaved.
@@ -567,11 +571,7 @@ TEST_CASE("on the flow network, collectives on links of their own join runs and 
   Json paced = plan(4);
   paced["faults"] = {{"stragglers", {{{"gpu", 1}, {"slowdown", 1.1}}, {{"gpu", 2}, {"slowdown", 1.3}}}}};
   plans.push_back({"paced", paced});
-  Json host = paced;
-  host["model"] = {{"arch", "llama"}, {"layers", 4},    {"hidden", 256},   {"heads", 4},
-                   {"kv_heads", 4},   {"ffn", 1024},    {"vocab", 1024},   {"tied_embeddings", false}};
-  host["training"]["seq_len"] = 256;
-  plans.push_back({"paced-host-bound", host});
+  plans.push_back({"paced-host-bound", host_bound(paced)});
   for (const auto& [name, j] : plans) {
     INFO(name);
     // On the network a launched collective's total is summed from its tasks: 1e-9.
