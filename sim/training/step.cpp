@@ -174,10 +174,10 @@ struct Segment {
   // forward and backward; recompute; optimizer), a collective's group's. Each total is a sum in
   // order, so a replay adds each list in order: the same sums as kernel by kernel, in tight loops.
   std::array<std::vector<double>, 4> by_phase;
-  std::array<std::vector<double>, 3> by_rank_total;
+  std::array<std::vector<double>, 3> by_rank_total;  // in rank_totals' order
   std::vector<std::pair<CommGroup, double>> comm;
-  std::vector<RunChange> changes;
-  MemoryTracker::Block block;  // the changes summed up, where none waits for the host (has_block)
+  std::vector<RunChange> changes;  // (empty where has_block: the block keeps them)
+  MemoryTracker::Block block;      // the changes summed up, where none waits for the host (has_block)
   bool has_block = false;
   InstantGroup open_group;  // the run's last instant, still gathering (when open)
   // Flow network: its collectives, where each starts in the run (the floor from the clock at the
@@ -1581,6 +1581,10 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   };
   double phase_time[4] = {0, 0, 0, 0};
   std::vector<double> rank_compute(nranks, 0), rank_optimizer(nranks, 0), rank_recompute(nranks, 0);
+  // The rank total a phase's kernels add to (forward and backward: compute), by index and itself.
+  auto rank_total_of = [](Phase p) -> std::size_t { return p == Phase::optimizer ? 2 : p == Phase::recompute ? 1 : 0; };
+  std::vector<double>* const rank_totals[3] = {&rank_compute, &rank_recompute, &rank_optimizer};
+  auto rank_total = [&](Phase p) -> std::vector<double>& { return *rank_totals[rank_total_of(p)]; };
   std::vector<double> rank_tp(nranks, 0), rank_cp(nranks, 0), rank_ep(nranks, 0);
   auto comm_total = [&](CommGroup g) -> std::vector<double>& {
     return g == CommGroup::tp ? rank_tp : g == CommGroup::cp ? rank_cp : rank_ep;
@@ -1614,7 +1618,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         const Time hc = host_cost(it.phase);
         const double slow = slowdown[rank];
         double& phase_acc = phase_time[static_cast<int>(it.phase)];
-        double& rank_acc = (it.phase == Phase::optimizer ? rank_optimizer : it.phase == Phase::recompute ? rank_recompute : rank_compute)[rank];
+        double& rank_acc = rank_total(it.phase)[rank];
         double pa = phase_acc, ra = rank_acc;  // summed kernel by kernel, in order, as below
         Time host = host_clock[rank], busy = open_run.busy, floor = open_run.floor, first_busy, first_floor;
         const double lead_slow = open_run.lead_slowdown;
@@ -1692,7 +1696,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           const Time launched = host_work(rank, host_cost(it.phase), kernel.name.c_str());
           if (!coll) {
             phase_time[static_cast<int>(it.phase)] += dt.seconds();
-            (it.phase == Phase::optimizer ? rank_optimizer : it.phase == Phase::recompute ? rank_recompute : rank_compute)[rank] += dt.seconds();
+            rank_total(it.phase)[rank] += dt.seconds();
           }
           const std::span<const TaskId> deps = first_launch ? std::span<const TaskId>(first_deps) : std::span<const TaskId>();
           Run& run = runs[std::size_t(rank)];
@@ -1862,12 +1866,6 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   auto kernel_dt = [&](int rank, const Kernel& kernel) {
     if (kernel.kind == KernelKind::collective) return collective_dt(rank, kernel);
     return at_speed(full_speed(kernel), slowdown[rank]);
-  };
-  // (Segment::by_rank_total's order: compute, recompute, optimizer.)
-  auto rank_total_of = [](Phase p) -> std::size_t { return p == Phase::optimizer ? 2 : p == Phase::recompute ? 1 : 0; };
-  static constexpr Phase kRankTotalPhase[3] = {Phase::forward, Phase::recompute, Phase::optimizer};
-  auto rank_total = [&](Phase p) -> std::vector<double>& {
-    return p == Phase::optimizer ? rank_optimizer : p == Phase::recompute ? rank_recompute : rank_compute;
   };
 
   const double gdt = par.grad_reduce_bytes > 0 ? par.grad_reduce_bytes : dtype_bytes(tr.precision.grad);
@@ -2089,7 +2087,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             }
             for (std::size_t t = 0; t < rec.by_rank_total.size(); ++t) {
               if (rec.by_rank_total[t].empty()) continue;
-              double& total = rank_total(kRankTotalPhase[t])[r];
+              double& total = (*rank_totals[t])[r];
               double sum = total;
               for (const double dt : rec.by_rank_total[t]) sum += dt;
               total = sum;
@@ -2172,7 +2170,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
               rec.block.changes.reserve(rec.changes.size());
               for (const RunChange& c : rec.changes) rec.block.changes.push_back({c.offset, c.bytes, c.category});
               rec.has_block = rec.block.build();
-              if (!rec.has_block) rec.block.changes.clear();
+              // Told as a block, its changes one by one are kept there alone.
+              if (rec.has_block) std::vector<RunChange>().swap(rec.changes);
+              else rec.block.changes.clear();
             }
             if (group.open && group.task == g) {
               rec.open_group = group;
