@@ -7,8 +7,8 @@
 
 namespace scaleout {
 
-ChunkPlanner::ChunkPlanner(const Tape& tape, const TrainingSpec& training, ShardPlan shard, std::shared_ptr<Book> book)
-    : tape_(tape), tr_(training), shard_(shard), book_(book ? std::move(book) : std::make_shared<Book>()) {
+ChunkPlanner::ChunkPlanner(const Tape& tape, const TrainingSpec& training, ShardPlan shard, std::shared_ptr<Book> book, bool memory)
+    : tape_(tape), tr_(training), shard_(shard), memory_(memory), book_(book ? std::move(book) : std::make_shared<Book>()) {
   for (const ParamRec& p : tape_.params) (p.trainable ? trainable_ : frozen_) += p.count;
   first_op_of_region_.assign(tape_.regions, -1);
   ops_of_region_.assign(tape_.regions, {});
@@ -17,7 +17,9 @@ ChunkPlanner::ChunkPlanner(const Tape& tape, const TrainingSpec& training, Shard
     if (rg >= 0 && first_op_of_region_[rg] < 0) first_op_of_region_[rg] = int(i);
     if (rg >= 0) ops_of_region_[rg].push_back(int(i));
   }
-  param_grad_alive_.assign(tape_.params.size(), shard_.persistent_grads);
+  param_grad_alive_.assign((tape_.params.size() + 63) / 64, 0);
+  if (shard_.persistent_grads)
+    for (std::size_t i = 0; i < tape_.params.size(); ++i) set_grad_alive(int(i));
   for (const ParamRec& p : tape_.params) layer_params_[p.layer] += p.count;
   // Tensors a W pass needs (what the ops with a separate weight gradient saved), and the first op
   // (in tape order; the last in backward order) that needs each.
@@ -43,7 +45,9 @@ ChunkPlanner::Pass ChunkPlanner::forward_pass(int mb) {
 }
 
 ChunkPlanner::Pass ChunkPlanner::backward_pass(int mb, bool last_micro_batch, Pass* weight) {
-  auto key = std::make_tuple(last_micro_batch, weight != nullptr, param_grad_alive_);
+  static const std::vector<std::uint64_t> any_grads;
+  const std::tuple<bool, bool, const std::vector<std::uint64_t>&> key{last_micro_batch, weight != nullptr,
+                                                                      memory_ ? param_grad_alive_ : any_grads};
   const auto tmpl = templated_.find(mb);
   const auto found = book_->bwd.find(key);
   if (found != book_->bwd.end()) {
@@ -59,10 +63,11 @@ ChunkPlanner::Pass ChunkPlanner::backward_pass(int mb, bool last_micro_batch, Pa
     mbs_[mb] = book_->fwd_state;
     templated_.erase(tmpl);
   }
+  std::vector<std::uint64_t> key_grads = memory_ ? param_grad_alive_ : any_grads;  // (backward changes them)
   std::vector<PlanItem> w;
   Pass items = std::make_shared<const std::vector<PlanItem>>(backward(mb, last_micro_batch, weight ? &w : nullptr));
   Pass wp = weight ? std::make_shared<const std::vector<PlanItem>>(std::move(w)) : nullptr;
-  book_->bwd.emplace(std::move(key), Book::Bwd{items, wp, param_grad_alive_});
+  book_->bwd.emplace(std::make_tuple(last_micro_batch, weight != nullptr, std::move(key_grads)), Book::Bwd{items, wp, param_grad_alive_});
   if (weight) *weight = wp;
   return items;
 }
@@ -250,13 +255,13 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch, std:
       if (shard_.grads > 1 && !shard_.persistent_grads) {
         // Sharded gradients (ZeRO-2/3, FSDP without no_sync): every micro-batch's full gradient
         // lives until it is reduce-scattered; the shard stays and accumulates.
-        g.allocs.push_back({MemCategory::grads, param_grad_alive_[op.param] ? full - full / shard_.grads : full});
+        g.allocs.push_back({MemCategory::grads, grad_alive(op.param) ? full - full / shard_.grads : full});
         g.frees.push_back({MemCategory::grads, full - full / shard_.grads});
-        param_grad_alive_[op.param] = true;
+        set_grad_alive(op.param);
         g.grads_done.push_back(op.param);
       } else {
-        if (!param_grad_alive_[op.param]) {
-          param_grad_alive_[op.param] = true;
+        if (!grad_alive(op.param)) {
+          set_grad_alive(op.param);
           g.allocs.push_back({MemCategory::grads, full});
         }
         if (last_micro_batch) g.grads_done.push_back(op.param);
@@ -390,7 +395,7 @@ PlanItem ChunkPlanner::release_grads() const {
   if (shard_.persistent_grads) return z;
   const double g = dtype_bytes(tr_.precision.grad);
   for (std::size_t i = 0; i < tape_.params.size(); ++i)
-    if (param_grad_alive_[i]) z.frees.push_back({MemCategory::grads, tape_.params[i].count * g / shard_.grads});
+    if (grad_alive(int(i))) z.frees.push_back({MemCategory::grads, tape_.params[i].count * g / shard_.grads});
   return z;
 }
 

@@ -48,7 +48,11 @@ class ChunkPlanner {
   // Plans shared by planners of the same tape, training and sharding (every rank of a stage):
   // what one planned, the others hand out again.
   struct Book;
-  ChunkPlanner(const Tape& tape, const TrainingSpec& training, ShardPlan shard, std::shared_ptr<Book> book = nullptr);
+  // `memory` false: nobody reads the items' allocations and frees (a step without memory
+  // accounting), so a backward plan is handed out again whatever the gradients' state (which only
+  // they depend on).
+  ChunkPlanner(const Tape& tape, const TrainingSpec& training, ShardPlan shard, std::shared_ptr<Book> book = nullptr,
+               bool memory = true);
 
   PlanItem persistent() const;
   // A pass's items, shared: every micro-batch's forward is the same plan (a fresh tensor state
@@ -90,12 +94,17 @@ class ChunkPlanner {
   const Tape& tape_;
   const TrainingSpec& tr_;
   ShardPlan shard_;
+  bool memory_ = true;
   double trainable_ = 0, frozen_ = 0;
   std::vector<int> first_op_of_region_;
   std::vector<std::vector<int>> ops_of_region_;  // each checkpointed region's ops, in order
   std::vector<bool> weight_needs_;     // tensors a W pass (zero-bubble) reads
   std::vector<int> last_weight_op_;   // per tensor: the tape's first op whose W pass reads it
-  std::vector<bool> param_grad_alive_;
+  // Which parameters have a gradient, one bit each (the backward plans' memo key: compared word by
+  // word on every micro-batch's backward).
+  std::vector<std::uint64_t> param_grad_alive_;
+  bool grad_alive(int p) const { return (param_grad_alive_[std::size_t(p) >> 6] >> (p & 63)) & 1u; }
+  void set_grad_alive(int p) { param_grad_alive_[std::size_t(p) >> 6] |= std::uint64_t(1) << (p & 63); }
   std::map<int, MbState> mbs_;
   std::map<int, double> layer_params_;
   std::shared_ptr<Book> book_;
@@ -110,9 +119,9 @@ class ChunkPlanner {
     MbState fwd_state;
     struct Bwd {
       Pass items, weight;
-      std::vector<bool> grads_after;
+      std::vector<std::uint64_t> grads_after;
     };
-    std::map<std::tuple<bool, bool, std::vector<bool>>, Bwd> bwd;
+    std::map<std::tuple<bool, bool, std::vector<std::uint64_t>>, Bwd, std::less<>> bwd;
   };
 };
 

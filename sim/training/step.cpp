@@ -209,15 +209,14 @@ using SegmentKey = std::tuple<const PlanItem*, double, unsigned, int, double>;
 // rank part as SegmentKey), then checked item by item.
 using AlikeKey = std::tuple<std::uint64_t, double, unsigned, int, double>;
 
-// What emitting a plan item in a run reads: its phase, memory changes and kernels (their kind,
-// time, launches and, for collectives, group, kind and size).
-bool same_run_content(const PlanItem& a, const PlanItem& b) {
-  if (a.phase != b.phase || a.host_prologue_tensors != b.host_prologue_tensors || a.allocs.size() != b.allocs.size() ||
-      a.frees.size() != b.frees.size())
-    return false;
-  for (std::size_t i = 0; i < a.allocs.size(); ++i)
+// What emitting a plan item in a run reads: its phase, memory changes (where memory is tracked)
+// and kernels (their kind, time, launches and, for collectives, group, kind and size).
+bool same_run_content(const PlanItem& a, const PlanItem& b, bool memory) {
+  if (a.phase != b.phase || a.host_prologue_tensors != b.host_prologue_tensors) return false;
+  if (memory && (a.allocs.size() != b.allocs.size() || a.frees.size() != b.frees.size())) return false;
+  for (std::size_t i = 0; memory && i < a.allocs.size(); ++i)
     if (a.allocs[i].category != b.allocs[i].category || a.allocs[i].bytes != b.allocs[i].bytes) return false;
-  for (std::size_t i = 0; i < a.frees.size(); ++i)
+  for (std::size_t i = 0; memory && i < a.frees.size(); ++i)
     if (a.frees[i].category != b.frees[i].category || a.frees[i].bytes != b.frees[i].bytes) return false;
   const std::span<const Kernel> ka = a.kernels(), kb = b.kernels();
   if (ka.size() != kb.size()) return false;
@@ -231,7 +230,7 @@ bool same_run_content(const PlanItem& a, const PlanItem& b) {
   return true;
 }
 
-std::uint64_t run_content_hash(const PlanItem& a) {
+std::uint64_t run_content_hash(const PlanItem& a, bool memory) {
   std::uint64_t h = 1469598103934665603ull;
   auto mix = [&h](std::uint64_t x) {
     h ^= x;
@@ -239,9 +238,11 @@ std::uint64_t run_content_hash(const PlanItem& a) {
     h ^= h >> 29;
   };
   mix(std::uint64_t(a.phase));
-  mix(a.allocs.size() * 131 + a.frees.size());
-  for (const MemOp& m : a.allocs) mix(std::bit_cast<std::uint64_t>(m.bytes));
-  for (const MemOp& m : a.frees) mix(std::bit_cast<std::uint64_t>(m.bytes));
+  if (memory) {
+    mix(a.allocs.size() * 131 + a.frees.size());
+    for (const MemOp& m : a.allocs) mix(std::bit_cast<std::uint64_t>(m.bytes));
+    for (const MemOp& m : a.frees) mix(std::bit_cast<std::uint64_t>(m.bytes));
+  }
   for (const Kernel& k : a.kernels()) {
     mix(std::uint64_t(k.kind) * 7 + std::uint64_t(k.launches));
     mix(std::bit_cast<std::uint64_t>(k.seconds));
@@ -1545,7 +1546,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       // Every rank of a (virtual) stage plans the same passes: one book of plans per tape.
       auto& book = tapes.books[ch.tape];
       if (!book) book = std::make_shared<ChunkPlanner::Book>();
-      ch.planner = std::make_unique<ChunkPlanner>(*ch.tape, tr, shard, book);
+      ch.planner = std::make_unique<ChunkPlanner>(*ch.tape, tr, shard, book, cfg.track_memory);
     }
   }
 
@@ -2045,13 +2046,13 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             if (alias != tapes.aliases.end()) like = alias->second;
           }
           if (seg == segments.end() && !like) {
-            std::get<0>(content) = run_content_hash(item);
+            std::get<0>(content) = run_content_hash(item, cfg.track_memory);
             const auto found = tapes.alike.find(content);
             if (found != tapes.alike.end()) {
               const Segment& c = *found->second;
               bool same = idx + c.count <= items.size();
               for (std::size_t i = 0; same && i < c.count; ++i)
-                same = same_run_content(items[idx + i], (*c.items)[c.start + i]) && keeps_to_run(items[idx + i]);
+                same = same_run_content(items[idx + i], (*c.items)[c.start + i], cfg.track_memory) && keeps_to_run(items[idx + i]);
               // It ends where this one would.
               if (same && idx + c.count < items.size()) same = !keeps_to_run(items[idx + c.count]);
               if (same) {
