@@ -9,14 +9,15 @@ namespace {
 
 class Builder {
  public:
-  Builder(const TransformerSpec& m, const TrainingSpec& t, const StageSpec& st)
+  Builder(const TransformerSpec& m, const TrainingSpec& t, const StageSpec& st, bool repeat_layers)
       : m_(m), t_(t), r_(t.precision), st_(st),
         tokens_(double(t.micro_batch) * double(t.seq_len) / double(st.cp)),
         sp_tokens_(st.sequence_parallel ? tokens_ / double(st.tp) : tokens_),
         heads_(m.heads / st.tp),
         kv_heads_(m.kv_heads >= st.tp ? m.kv_heads / st.tp : 1),
         ffn_((m.ffn + st.tp - 1) / st.tp),
-        vocab_((m.vocab + st.tp - 1) / st.tp) {}
+        vocab_((m.vocab + st.tp - 1) / st.tp),
+        repeat_layers_(repeat_layers) {}
 
   Tape run() {
     int x;
@@ -31,9 +32,28 @@ class Builder {
     const std::int64_t last = st_.layers < 0 ? m_.layers : st_.first_layer + st_.layers;
     for (std::int64_t l = st_.first_layer; l < last; ++l) {
       layer_ = int(l);
+      if (repeat_.ready) {
+        x = repeat_block(x);
+        continue;
+      }
+      const Mark before = mark();
       if (t_.recompute == Recompute::full) region_ = tape_.regions++;
+      const int in = x;
       x = block(x);
       region_ = -1;
+      // Every block is the same function of its input's shape and dtype: the second's ops (the
+      // first's input comes from the embedding, which may differ) are those of every later block
+      // whose input matches, with the tensors, parameters and regions numbered on.
+      if (repeat_layers_ && l == st_.first_layer + 1 && learn_repeat(before, in, x)) {
+        // Room for the blocks to come (and the head's few ops).
+        const auto more = std::size_t(last - l - 1);
+        tape_.tensors.reserve(tape_.tensors.size() + more * (repeat_.to.tensors - repeat_.from.tensors) + 16);
+        dtype_.reserve(tape_.tensors.capacity());
+        elems_.reserve(tape_.tensors.capacity());
+        tape_.params.reserve(tape_.params.size() + more * (repeat_.to.params - repeat_.from.params) + 4);
+        tape_.ops.reserve(tape_.ops.size() + more * (repeat_.to.ops - repeat_.from.ops) + 16);
+        tape_.copy_of.reserve(tape_.ops.capacity());
+      }
     }
     layer_ = -1;
     if (st_.head) {
@@ -560,6 +580,75 @@ class Builder {
     ew("nll_loss", {ls}, 1, Dtype::fp32);
   }
 
+  // ---- repeating a block -------------------------------------------------------------------------
+  struct Mark {
+    std::size_t tensors, params, ops;
+    int regions;
+  };
+  Mark mark() const { return {tape_.tensors.size(), tape_.params.size(), tape_.ops.size(), tape_.regions}; }
+  struct Repeat {
+    bool ready = false;
+    Mark from, to;  // the template block's tensors, parameters, ops and regions: [from, to)
+    int in = -1, out = -1;
+  };
+
+  bool same_tensor(int a, int b) const {
+    const TensorRec &x = tape_.tensors[std::size_t(a)], &y = tape_.tensors[std::size_t(b)];
+    return x.bytes == y.bytes && x.category == y.category && x.requires_grad == y.requires_grad &&
+           x.hold_until_forward_end == y.hold_until_forward_end && dtype_[std::size_t(a)] == dtype_[std::size_t(b)] &&
+           elems_[std::size_t(a)] == elems_[std::size_t(b)];
+  }
+
+  // The block just built over [from, mark()) from input `in` to output `out` is a template when its
+  // output is like its input (so the next block sees the same) and it reads nothing made before it
+  // but its input (nothing of the block before).
+  bool learn_repeat(Mark from, int in, int out) {
+    const Mark to = mark();
+    if (!same_tensor(in, out) || tape_.input == out) return false;
+    for (std::size_t i = from.ops; i < to.ops; ++i) {
+      const OpRec& op = tape_.ops[i];
+      for (const SmallVec<int, 4>* ts : {&op.inputs, &op.outputs, &op.saved})
+        for (int t : *ts)
+          if (t != in && std::size_t(t) < from.tensors) return false;
+      if (op.param >= 0 && std::size_t(op.param) < from.params) return false;
+    }
+    repeat_ = Repeat{true, from, to, in, out};
+    return true;
+  }
+
+  // The template block again, on input `x`, for layer layer_.
+  int repeat_block(int x) {
+    const Repeat& rp = repeat_;
+    const Mark now = mark();
+    const int dt = int(now.tensors - rp.from.tensors), dp = int(now.params - rp.from.params),
+              dop = int(now.ops - rp.from.ops), dr = now.regions - rp.from.regions;
+    auto tensor_of = [&](int t) { return t == rp.in ? x : t + dt; };
+    for (std::size_t t = rp.from.tensors; t < rp.to.tensors; ++t) {
+      TensorRec rec = tape_.tensors[t];
+      if (rec.producer >= 0) rec.producer += dop;
+      tape_.tensors.push_back(rec);
+      dtype_.push_back(dtype_[t]);
+      elems_.push_back(elems_[t]);
+    }
+    for (std::size_t p = rp.from.params; p < rp.to.params; ++p) {
+      ParamRec rec = tape_.params[p];
+      rec.layer = layer_;
+      tape_.params.push_back(rec);
+    }
+    for (std::size_t i = rp.from.ops; i < rp.to.ops; ++i) {
+      OpRec op = tape_.ops[i];
+      op.layer = layer_;
+      if (op.region >= 0) op.region += dr;
+      for (SmallVec<int, 4>* ts : {&op.inputs, &op.outputs, &op.saved})
+        for (int& t : *ts) t = tensor_of(t);
+      if (op.param >= 0) op.param += dp;
+      tape_.ops.push_back(std::move(op));
+      tape_.copy_of.push_back(int(i));
+    }
+    tape_.regions += rp.to.regions - rp.from.regions;
+    return tensor_of(rp.out);
+  }
+
   const TransformerSpec& m_;
   TrainingSpec t_;
   const PrecisionRecipe& r_ = t_.precision;
@@ -575,12 +664,14 @@ class Builder {
   int region_ = -1;
   int emb_param_ = -1;
   bool lora_depth_ = false;
+  bool repeat_layers_ = true;
+  Repeat repeat_;
 };
 
 }  // namespace
 
-Tape build_step_tape(const TransformerSpec& model, const TrainingSpec& training, StageSpec stage) {
-  return Builder(model, training, stage).run();
+Tape build_step_tape(const TransformerSpec& model, const TrainingSpec& training, StageSpec stage, bool repeat_layers) {
+  return Builder(model, training, stage, repeat_layers).run();
 }
 
 }  // namespace scaleout

@@ -28,6 +28,10 @@ struct StageSpec {
   bool weights_gathered_in_compute_dtype = false;
 };
 
-Tape build_step_tape(const TransformerSpec& model, const TrainingSpec& training, StageSpec stage = {});
+// Every transformer block is the same function of its input: past the second, blocks are copies of
+// it with their tensors, parameters and regions numbered on (`repeat_layers` false: each built op
+// by op, the reference the tests compare with).
+Tape build_step_tape(const TransformerSpec& model, const TrainingSpec& training, StageSpec stage = {},
+                     bool repeat_layers = true);
 
 }  // namespace scaleout

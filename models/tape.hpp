@@ -51,6 +51,9 @@ struct Tape {
   std::vector<TensorRec> tensors;
   std::vector<ParamRec> params;
   std::vector<OpRec> ops;
+  // Per op: an earlier op whose kernels are the same (the block a repeated one was copied from;
+  // see build_step_tape), or -1.
+  std::vector<int> copy_of;
   int regions = 0;
 
   int add_tensor(double bytes, bool requires_grad = true, MemCategory cat = MemCategory::activations) {
@@ -66,6 +69,7 @@ struct Tape {
     for (int t : op.outputs)
       if (tensors[t].producer < 0) tensors[t].producer = id;
     ops.push_back(std::move(op));
+    copy_of.push_back(-1);
     return id;
   }
 };

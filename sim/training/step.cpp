@@ -1530,13 +1530,23 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       st.weights_gathered_in_compute_dtype = gather_params;
       auto [pos, fresh] = tapes.tapes.try_emplace(vs);
       if (fresh) {
-        pos->second = build_step_tape(cfg.model, tr, st);
-        // Every micro-batch runs these kernels again: their times are worked out once.
-        for (OpRec& op : pos->second.ops)
+        Tape& tape = pos->second;
+        tape = build_step_tape(cfg.model, tr, st);
+        // Every micro-batch runs these kernels again: their times are worked out once (a repeated
+        // block's taken from the block it copies).
+        for (std::size_t i = 0; i < tape.ops.size(); ++i) {
+          OpRec& op = tape.ops[i];
+          if (const int from = tape.copy_of[i]; from >= 0) {
+            const OpRec& src = tape.ops[std::size_t(from)];
+            for (std::size_t k = 0; k < op.fwd.size(); ++k) op.fwd[k].seconds = src.fwd[k].seconds;
+            for (std::size_t k = 0; k < op.bwd.size(); ++k) op.bwd[k].seconds = src.bwd[k].seconds;
+            continue;
+          }
           for (auto* ks : {&op.fwd, &op.bwd})
             for (Kernel& k : *ks)
               k.seconds = k.kind != KernelKind::collective ? cm.time(k).seconds()
                                                            : collective_time(cfg, k.coll, k.group, k.bytes, vs % par.pp);
+        }
       }
       Chunk ch;
       ch.tape = &pos->second;

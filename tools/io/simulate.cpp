@@ -113,6 +113,10 @@ Scenario on_one_gpu(const Scenario& s) {
   one.nodes = one.gpus_per_node = 1;
   one.parallelism = Parallelism{};
   one.faults = FaultSpec{};  // a healthy GPU
+  // A lone GPU sends nothing: the cluster's graph (and its link faults) has no part in its step,
+  // and building a large one cost more than simulating the GPU.
+  one.network = "analytic";
+  one.link_faults.clear();
   return one;
 }
 
@@ -132,11 +136,16 @@ std::string baseline_key(const Json& scenario) {
   Json j = scenario;
   if (j.is_object()) {
     j.erase("parallelism");
-    if (j.contains("faults") && j["faults"].is_object()) j["faults"].erase("stragglers");
+    if (j.contains("faults") && j["faults"].is_object()) {
+      j["faults"].erase("stragglers");
+      j["faults"].erase("links");
+    }
     if (j.contains("cluster") && j["cluster"].is_object()) {
       j["cluster"].erase("nodes");
       j["cluster"].erase("gpus_per_node");
+      j["cluster"].erase("topology");
     }
+    if (j.contains("simulation") && j["simulation"].is_object()) j["simulation"].erase("network");
     if (j.contains("training") && j["training"].is_object()) j["training"].erase("global_batch");
   }
   return j.dump();

@@ -31,7 +31,8 @@ class BaselineCache {
   std::map<std::string, BaselineTimes> times_;
 };
 // The scenario's JSON without what the one-GPU job does not read (on_one_gpu replaces it): the
-// parallelism, the stragglers, the node count and shape, the global batch.
+// parallelism, the stragglers, the node count and shape, the cluster's graph, the network model
+// and its link faults, the global batch.
 std::string baseline_key(const Json& scenario);
 // Tokens/s of one GPU running the same job: same micro-batch and global batch, by gradient
 // accumulation (0 for a one-GPU scenario). With a cache, the times are looked up under `key`
