@@ -170,10 +170,9 @@ struct Segment {
   Time first_dt, first_launch, host, busy, floor;  // floors and the host clock from the clock at the start
   bool grown = false;
   std::uint64_t launches = 0;
-  // Each kernel's time, in order, by the total it adds to: its phase's, the rank's (compute:
-  // forward and backward; recompute; optimizer), a collective's group's. Each total is a sum in
-  // order, so a replay adds each list in order: the same sums as kernel by kernel, in tight loops.
-  std::array<std::vector<double>, 4> by_phase;
+  // Each kernel's time, in order, by the total it adds to: the rank's (compute: forward and
+  // backward; recompute; optimizer), a collective's group's. Each total is a sum in order, so a
+  // replay adds each list in order: the same sums as kernel by kernel, in tight loops.
   std::array<std::vector<double>, 3> by_rank_total;  // in rank_totals' order
   std::vector<std::pair<CommGroup, double>> comm;
   std::vector<RunChange> changes;  // (empty where has_block: the block keeps them)
@@ -1590,7 +1589,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     }
     return Time::zero();
   };
-  double phase_time[4] = {0, 0, 0, 0};
+  // Each rank's kernel time by kind (reported for the first simulated rank: the others' sums are
+  // not added up by replays).
   std::vector<double> rank_compute(nranks, 0), rank_optimizer(nranks, 0), rank_recompute(nranks, 0);
   // The rank total a phase's kernels add to (forward and backward: compute), by index and itself.
   auto rank_total_of = [](Phase p) -> std::size_t { return p == Phase::optimizer ? 2 : p == Phase::recompute ? 1 : 0; };
@@ -1628,9 +1628,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         // items are a kernel or two, and this is most of building a pipelined step's graph).
         const Time hc = host_cost(it.phase);
         const double slow = slowdown[rank];
-        double& phase_acc = phase_time[static_cast<int>(it.phase)];
         double& rank_acc = rank_total(it.phase)[rank];
-        double pa = phase_acc, ra = rank_acc;  // summed kernel by kernel, in order, as below
+        double ra = rank_acc;  // summed kernel by kernel, in order, as below
         Time host = host_clock[rank], busy = open_run.busy, floor = open_run.floor, first_busy, first_floor;
         const double lead_slow = open_run.lead_slowdown;
         if (pacing && open_run.lead_on && lead_slow != slow) {
@@ -1654,7 +1653,6 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           const double dts = dt.seconds();
           for (std::int32_t l = 0; l < kernel.launches; ++l) {
             host += hc;
-            pa += dts;
             ra += dts;
             const Time start_floor = max(floor, host);
             if (k == 0 && l == 0) {
@@ -1671,7 +1669,6 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           open_run.lead_floor = floor;
         }
         host_clock[rank] = host;
-        phase_acc = pa;
         rank_acc = ra;
         open_run.busy = busy;
         open_run.floor = floor;
@@ -1705,10 +1702,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         for (std::int32_t launch = 0; launch < kernel.launches; ++launch) {
           const bool first_launch = k == 0 && launch == 0, last_launch = k + 1 == kernels.size() && launch + 1 == kernel.launches;
           const Time launched = host_work(rank, host_cost(it.phase), kernel.name.c_str());
-          if (!coll) {
-            phase_time[static_cast<int>(it.phase)] += dt.seconds();
-            rank_total(it.phase)[rank] += dt.seconds();
-          }
+          if (!coll) rank_total(it.phase)[rank] += dt.seconds();
           const std::span<const TaskId> deps = first_launch ? std::span<const TaskId>(first_deps) : std::span<const TaskId>();
           Run& run = runs[std::size_t(rank)];
           TaskId g;
@@ -2090,20 +2084,15 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
               paced_waits.push_back({g, r, lead_of(r, x.group).rank, x.group, x.busy, x.floor + host0, x.lead_busy, x.lead_floor + host0,
                                      x.launched + host0});
             host_clock[r] = host0 + rec.host;
-            for (std::size_t p = 0; p < rec.by_phase.size(); ++p) {
-              if (rec.by_phase[p].empty()) continue;
-              double sum = phase_time[p];
-              for (const double dt : rec.by_phase[p]) sum += dt;
-              phase_time[p] = sum;
-            }
-            for (std::size_t t = 0; t < rec.by_rank_total.size(); ++t) {
+            for (std::size_t t = 0; r == 0 && t < rec.by_rank_total.size(); ++t) {
               if (rec.by_rank_total[t].empty()) continue;
               double& total = (*rank_totals[t])[r];
               double sum = total;
               for (const double dt : rec.by_rank_total[t]) sum += dt;
               total = sum;
             }
-            for (const auto& [kind, dt] : rec.comm) comm_total(kind)[r] += dt;
+            if (r == 0)
+              for (const auto& [kind, dt] : rec.comm) comm_total(kind)[r] += dt;
             if (q_of(r) == 0) res.kernels += rec.launches;
             aligned[std::size_t(r)] &= rec.aligned_keep;
             for (const Segment::Claimed& c : rec.claims)
@@ -2160,7 +2149,6 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
                   if (comm) {
                     rec.comm.emplace_back(k.group, dts);
                   } else {
-                    rec.by_phase[std::size_t(ph)].push_back(dts);
                     rec.by_rank_total[rank_total_of(ph)].push_back(dts);
                   }
                 }
