@@ -7,17 +7,7 @@
 
 namespace scaleout {
 
-void MemoryTracker::apply(MemCategory c, double bytes, Time at) {
-  now_[static_cast<std::size_t>(c)] += bytes;
-  total_ += bytes;
-  SCALEOUT_CHECK(total_ > -1.0, "memory tracker: freed more than allocated");
-  if (total_ > peak_) {
-    peak_ = total_;
-    at_peak_ = now_;
-    peak_time_ = at;
-  }
-  if (keep_) timeline_.emplace_back(at, total_);
-}
+void MemoryTracker::freed_too_much() { fail_check("total > -1.0", __FILE__, __LINE__, "memory tracker: freed more than allocated"); }
 
 bool MemoryTracker::Block::build() {
   if (changes.empty()) return false;
@@ -67,7 +57,7 @@ void MemoryTracker::expand(std::size_t i) {
   pending_.insert(pending_.begin() + std::ptrdiff_t(i) + 1, each.begin() + 1, each.end());
 }
 
-void MemoryTracker::drain(Time upto) {
+void MemoryTracker::drain_pending(Time upto) {
   while (head_ < pending_.size() && !(upto < pending_[head_].at)) {
     const Pending& p = pending_[head_];
     if (!p.block) {
@@ -84,16 +74,6 @@ void MemoryTracker::drain(Time upto) {
     pending_.clear();
     head_ = 0;
   }
-}
-
-void MemoryTracker::alloc(MemCategory c, double bytes, Time at) {
-  drain(at);
-  apply(c, bytes, at);
-}
-
-void MemoryTracker::free(MemCategory c, double bytes, Time at) {
-  drain(at);
-  apply(c, -bytes, at);
 }
 
 void MemoryTracker::insert_pending(MemCategory c, double signed_bytes, Time at) {

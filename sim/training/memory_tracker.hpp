@@ -10,8 +10,14 @@ namespace scaleout {
 
 class MemoryTracker {
  public:
-  void alloc(MemCategory c, double bytes, Time at);
-  void free(MemCategory c, double bytes, Time at);
+  void alloc(MemCategory c, double bytes, Time at) {
+    drain(at);
+    apply(c, bytes, at);
+  }
+  void free(MemCategory c, double bytes, Time at) {
+    drain(at);
+    apply(c, -bytes, at);
+  }
   // A change known ahead of its time (inside a run of kernels folded into one task): applied in
   // time order, before any later alloc() or free(), or by settle().
   void later(MemCategory c, double signed_bytes, Time at) {
@@ -78,11 +84,26 @@ class MemoryTracker {
   std::vector<Pending> pending_;
   std::size_t head_ = 0;
   Time back_end_;  // the last pending entry's time (a block's: its last change's)
-  void drain(Time upto);
+  // Applies the pending changes up to `upto` (inline: mostly there are none).
+  void drain(Time upto) {
+    if (head_ < pending_.size()) drain_pending(upto);
+  }
+  void drain_pending(Time upto);
   void insert_pending(MemCategory c, double signed_bytes, Time at);
   void expand(std::size_t i);
   bool whole() const;
-  void apply(MemCategory c, double bytes, Time at);
+  void apply(MemCategory c, double bytes, Time at) {
+    now_[static_cast<std::size_t>(c)] += bytes;
+    total_ += bytes;
+    if (!(total_ > -1.0)) freed_too_much();
+    if (total_ > peak_) {
+      peak_ = total_;
+      at_peak_ = now_;
+      peak_time_ = at;
+    }
+    if (keep_) timeline_.emplace_back(at, total_);
+  }
+  [[noreturn]] static void freed_too_much();
   void apply_block(const Block& b, Time start);
 };
 

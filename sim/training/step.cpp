@@ -310,8 +310,9 @@ struct Work {
 template <class T>
 class TaskLists {
  public:
-  void push(TaskId task, const T& value) {
-    if (off_) return;
+  void push(TaskId task, const T& value) { push(task, std::span<const T>(&value, 1)); }
+  void push(TaskId task, std::span<const T> values) {
+    if (off_ || values.empty()) return;
     if (task >= head_.size()) {
       // Empty lists past the task cost nothing: grow by half again, not a task at a time (nor to
       // the reserved room, an estimate by kernels that runs of kernels leave mostly untouched).
@@ -319,14 +320,13 @@ class TaskLists {
       head_.resize(n, kNone);
       tail_.resize(n, kNone);
     }
+    // The values in a row, each linked to the next.
     const auto e = static_cast<std::uint32_t>(nodes_.size());
-    nodes_.push_back({value, kNone});
+    for (const T& v : values) nodes_.push_back({v, static_cast<std::uint32_t>(nodes_.size() + 1)});
+    nodes_.back().next = kNone;
     if (tail_[task] == kNone) head_[task] = e;
     else nodes_[tail_[task]].next = e;
-    tail_[task] = e;
-  }
-  void push(TaskId task, std::span<const T> values) {
-    for (const T& v : values) push(task, v);
+    tail_[task] = static_cast<std::uint32_t>(nodes_.size() - 1);
   }
   void turn_off() { off_ = true; }  // pushes are dropped (a step without memory accounting)
   void reserve(std::size_t tasks, std::size_t values) {
