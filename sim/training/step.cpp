@@ -1491,8 +1491,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
                                                   : collective_time(cfg, kernel.coll, kernel.group, kernel.bytes, stage_of(rank)));
   };
   // A joined collective's claim (see Claim).
-  auto claim = [&](int rank, const Kernel& kernel, TaskId task, Time offset, Time floor, Time dt) {
-    KernelBatch& kb = kernel_batch(rank, kernel);
+  auto claim_in = [&](int rank, KernelBatch& kb, const Kernel& kernel, TaskId task, Time offset, Time floor, Time dt) {
     if (!kb.claimed) {
       kb.claimed = true;
       auto& batches = owners[kb.owner].claimed;
@@ -1500,6 +1499,12 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     }
     claims.push_back({&kernel, task, kb.owner, pass_no[std::size_t(rank)], offset, floor, dt});
   };
+  auto claim = [&](int rank, const Kernel& kernel, TaskId task, Time offset, Time floor, Time dt) {
+    claim_in(rank, kernel_batch(rank, kernel), kernel, task, offset, floor, dt);
+  };
+  // A record's claims, replayed pass after pass on a rank: their batches looked up once per record
+  // and rank.
+  std::map<std::pair<const Segment*, int>, std::vector<KernelBatch*>> replay_batches;
 
   // Build each stage's chunks.
   for (int rr = 0; rr < nranks; ++rr) {
@@ -2095,8 +2100,15 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
               for (const auto& [kind, dt] : rec.comm) comm_total(kind)[r] += dt;
             if (q_of(r) == 0) res.kernels += rec.launches;
             aligned[std::size_t(r)] &= rec.aligned_keep;
-            for (const Segment::Claimed& c : rec.claims)
-              claim(r, *c.kernel, g, c.offset, c.floor > Time::zero() ? c.floor + host0 : Time::zero(), c.dt);
+            if (!rec.claims.empty()) {
+              std::vector<KernelBatch*>& kbs = replay_batches[{&rec, r}];
+              if (kbs.empty())
+                for (const Segment::Claimed& c : rec.claims) kbs.push_back(&kernel_batch(r, *c.kernel));
+              for (std::size_t i = 0; i < rec.claims.size(); ++i) {
+                const Segment::Claimed& c = rec.claims[i];
+                claim_in(r, *kbs[i], *c.kernel, g, c.offset, c.floor > Time::zero() ? c.floor + host0 : Time::zero(), c.dt);
+              }
+            }
             run_ops.refer(g, rec.changes, host0, rec.has_block ? &rec.block : nullptr);
             if (rec.open_group.open) {
               group = rec.open_group;
