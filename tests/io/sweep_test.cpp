@@ -328,3 +328,28 @@ TEST_CASE("CSV columns are the union of the rows' result fields, in one order wh
   ResultsFile resumed(one, s, true);
   CHECK(resumed.done_count() == 3);
 }
+
+TEST_CASE("the single-GPU baseline reads neither the network model, the cluster graph nor its link faults", "[io][sweep]") {
+  // A lone GPU sends nothing: on_one_gpu simulates it on the analytic network, so a flow-network
+  // scenario with a slow NIC has the baseline of the same job on the analytic network, and the
+  // sweeps' cache key drops what it does not read.
+  const Json flow = Json::parse(R"({"model": "gpt3-125m",
+      "cluster": {"gpu": "h100-sxm", "topology": {"nodes": 2, "gpus_per_node": 8, "node": "nvswitch", "nics_per_node": 8,
+                                                   "network": "infiniband-ndr", "fabric": "rail-optimized", "levels": 2}},
+      "training": {"seq_len": 256, "micro_batch": 1, "global_batch": 32},
+      "parallelism": {"dp": 16},
+      "simulation": {"network": "flow"},
+      "faults": {"links": [{"nic": [1, 3], "bandwidth_factor": 0.25}]}})");
+  Json plain = flow;
+  plain["cluster"] = Json{{"gpu", "h100-sxm"}, {"nodes", 2}, {"gpus_per_node", 8}};
+  plain.erase("simulation");
+  plain.erase("faults");
+  const Scenario a = parse_scenario(flow, "flow.json"), b = parse_scenario(plain, "plain.json");
+  REQUIRE(a.network == "flow");
+  REQUIRE(on_one_gpu(a).network == "analytic");
+  CHECK(on_one_gpu(a).link_faults.empty());
+  const double ta = single_gpu_baseline(a), tb = single_gpu_baseline(b);
+  CHECK(ta > 0);
+  CHECK(ta == tb);
+  CHECK(baseline_key(flow) == baseline_key(plain));
+}

@@ -146,6 +146,8 @@ std::string baseline_key(const Json& scenario) {
       j["cluster"].erase("topology");
     }
     if (j.contains("simulation") && j["simulation"].is_object()) j["simulation"].erase("network");
+    for (const char* part : {"faults", "simulation"})  // (emptied: as if not given)
+      if (j.contains(part) && j[part].is_object() && j[part].empty()) j.erase(part);
     if (j.contains("training") && j["training"].is_object()) j["training"].erase("global_batch");
   }
   return j.dump();
