@@ -2562,9 +2562,11 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         others[w].push_back(held_sorted[o].get());
       }
     }
-    // A group stops joining from the lowest pass of its claims that met something. Its claims by
-    // their end, each list swept with a pointer (the intervals that start before a claim's end
-    // only grow as that end does): the same as asking claim by claim, in any order.
+    // A group stops joining from the lowest pass of its claims that met something: the same
+    // whichever order they are asked in. Its claims come in runs rising by their end (each member
+    // rank's, in the order it made them); along a run each list is swept with a pointer (the
+    // intervals that start before a claim's end only grow as that end does), found afresh by a
+    // binary search where a run begins.
     std::vector<std::int64_t> from(n, std::numeric_limits<std::int64_t>::max());
     std::vector<std::vector<std::tuple<Time, Time, std::int32_t>>> by_end(n);  // (until, at, pass)
     std::vector<std::size_t> k(n, 0);
@@ -2574,12 +2576,18 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       if (busy_sorted[c.who]) by_end[c.who].emplace_back(at + c.dt, at, c.pass);
     }
     for (std::uint32_t w = 0; w < n; ++w) {
-      if (by_end[w].empty()) continue;
-      in_order(by_end[w]);
+      const auto& ends = by_end[w];
+      if (ends.empty()) continue;
       std::vector<const Sorted*> lists{busy_sorted[w].get()};
       lists.insert(lists.end(), others[w].begin(), others[w].end());
       std::vector<std::size_t> before(lists.size(), 0);  // intervals starting before the claim's end
-      for (const auto& [until, at, pass] : by_end[w]) {
+      for (std::size_t j = 0; j < ends.size(); ++j) {
+        const auto& [until, at, pass] = ends[j];
+        if (j == 0 || until < std::get<0>(ends[j - 1]))  // a run begins
+          for (std::size_t i = 0; i < lists.size(); ++i)
+            before[i] = std::size_t(std::partition_point(lists[i]->iv.begin(), lists[i]->iv.end(),
+                                                         [until = until](const std::pair<Time, Time>& x) { return x.first < until; }) -
+                                    lists[i]->iv.begin());
         if (pass >= from[w]) continue;
         for (std::size_t i = 0; i < lists.size(); ++i) {
           const Sorted& x = *lists[i];
