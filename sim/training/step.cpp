@@ -265,6 +265,7 @@ struct TapeCache {
   // pass, in its ranks' order), and the step is simulated again. Past a few such rounds, none joins.
   std::map<std::pair<int, std::vector<int>>, std::int64_t> join_until;
   int join_rounds = 0;
+  std::size_t claims_made = 0;  // the most joined collectives a round claimed (room for the next)
   bool flow_joins_off = false;
   // simulate_step_round's records of runs, kept across rounds (with what they were recorded under).
   std::map<SegmentKey, Segment> segments;
@@ -1063,6 +1064,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     Time offset, floor, dt;  // it starts at max(the task's start + offset, floor)
   };
   std::vector<Claim> claims;
+  claims.reserve(tapes.claims_made);  // (millions in a long flow step: growing copied them over and over)
   std::vector<std::int32_t> pass_no(nranks, 0);
   // Whether a simulated rank stands for every member of its group of kind g (every group, folded;
   // by classes, a group all of its own class): its collectives wait for nothing but itself.
@@ -2501,11 +2503,15 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     return res;
   }
   SCALEOUT_CHECK(ex.all_finished(), "step simulation ended with tasks left: a dependency cycle in the schedule");
+  tapes.claims_made = std::max(tapes.claims_made, claims.size());
   if (!claims.empty()) {
     // Each joined collective against the traffic on its links while it ran: flows and batches run
     // apart (the network's watch), and other groups' joined collectives on shared links.
     const std::size_t n = owners.size();
     std::vector<std::vector<std::pair<Time, Time>>> held(n);
+    std::vector<std::size_t> claimed_by(n, 0);
+    for (const Claim& c : claims) claimed_by[c.who] += c.dt > Time::zero() ? 1 : 0;
+    for (std::uint32_t w = 0; w < n; ++w) held[w].reserve(claimed_by[w]);
     for (const Claim& c : claims) {
       if (c.dt <= Time::zero()) continue;
       const Time at = max(ex.start_time(c.task) + c.offset, c.floor);
@@ -2570,6 +2576,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     std::vector<std::int64_t> from(n, std::numeric_limits<std::int64_t>::max());
     std::vector<std::vector<std::tuple<Time, Time, std::int32_t>>> by_end(n);  // (until, at, pass)
     std::vector<std::size_t> k(n, 0);
+    for (std::uint32_t w = 0; w < n; ++w)
+      if (busy_sorted[w]) by_end[w].reserve(claimed_by[w]);
     for (const Claim& c : claims) {
       if (c.dt <= Time::zero()) continue;
       const Time at = held[c.who][k[c.who]++].first;
