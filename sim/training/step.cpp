@@ -1538,6 +1538,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       if (fresh) {
         Tape& tape = pos->second;
         tape = build_step_tape(cfg.model, tr, st);
+        SCALEOUT_CHECK(tape.copy_of.size() == tape.ops.size(), "a tape's ops and their copy_of differ in number");
         // Every micro-batch runs these kernels again: their times are worked out once (a repeated
         // block's taken from the block it copies).
         for (std::size_t i = 0; i < tape.ops.size(); ++i) {
