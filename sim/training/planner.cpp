@@ -7,8 +7,10 @@
 
 namespace scaleout {
 
-ChunkPlanner::ChunkPlanner(const Tape& tape, const TrainingSpec& training, ShardPlan shard, std::shared_ptr<Book> book, bool memory)
-    : tape_(tape), tr_(training), shard_(shard), memory_(memory), book_(book ? std::move(book) : std::make_shared<Book>()) {
+ChunkPlanner::ChunkPlanner(const Tape& tape, const TrainingSpec& training, ShardPlan shard, std::shared_ptr<Book> book, bool memory,
+                           bool grads_done)
+    : tape_(tape), tr_(training), shard_(shard), memory_(memory), grads_done_(memory || grads_done),
+      book_(book ? std::move(book) : std::make_shared<Book>()) {
   for (const ParamRec& p : tape_.params) (p.trainable ? trainable_ : frozen_) += p.count;
   first_op_of_region_.assign(tape_.regions, -1);
   ops_of_region_.assign(tape_.regions, {});
@@ -46,8 +48,8 @@ ChunkPlanner::Pass ChunkPlanner::forward_pass(int mb) {
 
 ChunkPlanner::Pass ChunkPlanner::backward_pass(int mb, bool last_micro_batch, Pass* weight) {
   static const std::vector<std::uint64_t> any_grads;
-  const std::tuple<bool, bool, const std::vector<std::uint64_t>&> key{last_micro_batch, weight != nullptr,
-                                                                      memory_ ? param_grad_alive_ : any_grads};
+  const bool last = grads_done_ && last_micro_batch;  // (as a key: the plan itself is made as asked)
+  const std::tuple<bool, bool, const std::vector<std::uint64_t>&> key{last, weight != nullptr, memory_ ? param_grad_alive_ : any_grads};
   const auto tmpl = templated_.find(mb);
   const auto found = book_->bwd.find(key);
   if (found != book_->bwd.end()) {
@@ -67,7 +69,7 @@ ChunkPlanner::Pass ChunkPlanner::backward_pass(int mb, bool last_micro_batch, Pa
   std::vector<PlanItem> w;
   Pass items = std::make_shared<const std::vector<PlanItem>>(backward(mb, last_micro_batch, weight ? &w : nullptr));
   Pass wp = weight ? std::make_shared<const std::vector<PlanItem>>(std::move(w)) : nullptr;
-  book_->bwd.emplace(std::make_tuple(last_micro_batch, weight != nullptr, std::move(key_grads)), Book::Bwd{items, wp, param_grad_alive_});
+  book_->bwd.emplace(std::make_tuple(last, weight != nullptr, std::move(key_grads)), Book::Bwd{items, wp, param_grad_alive_});
   if (weight) *weight = wp;
   return items;
 }

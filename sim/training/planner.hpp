@@ -50,9 +50,10 @@ class ChunkPlanner {
   struct Book;
   // `memory` false: nobody reads the items' allocations and frees (a step without memory
   // accounting), so a backward plan is handed out again whatever the gradients' state (which only
-  // they depend on).
+  // they depend on). `grads_done` false as well: nobody reads which gradients an item finished (no
+  // data-parallel reduction), so the last micro-batch's backward is any other's.
   ChunkPlanner(const Tape& tape, const TrainingSpec& training, ShardPlan shard, std::shared_ptr<Book> book = nullptr,
-               bool memory = true);
+               bool memory = true, bool grads_done = true);
 
   PlanItem persistent() const;
   // A pass's items, shared: every micro-batch's forward is the same plan (a fresh tensor state
@@ -94,7 +95,7 @@ class ChunkPlanner {
   const Tape& tape_;
   const TrainingSpec& tr_;
   ShardPlan shard_;
-  bool memory_ = true;
+  bool memory_ = true, grads_done_ = true;
   double trainable_ = 0, frozen_ = 0;
   std::vector<int> first_op_of_region_;
   std::vector<std::vector<int>> ops_of_region_;  // each checkpointed region's ops, in order

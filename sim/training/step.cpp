@@ -1563,7 +1563,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       // Every rank of a (virtual) stage plans the same passes: one book of plans per tape.
       auto& book = tapes.books[ch.tape];
       if (!book) book = std::make_shared<ChunkPlanner::Book>();
-      ch.planner = std::make_unique<ChunkPlanner>(*ch.tape, tr, shard, book, cfg.track_memory);
+      // (Which gradients an item finished is read by the data-parallel reduction only.)
+      ch.planner = std::make_unique<ChunkPlanner>(*ch.tape, tr, shard, book, cfg.track_memory, par.dp > 1);
     }
   }
 
