@@ -37,7 +37,7 @@ bool MemoryTracker::whole() const {
 }
 
 void MemoryTracker::apply_block(const Block& b, Time start) {
-  SCALEOUT_CHECK(total_ + b.low_gain > -1.0, "memory tracker: freed more than allocated");
+  if (!(total_ + b.low_gain > -1.0)) freed_too_much();
   if (total_ + b.peak_gain > peak_) {
     peak_ = total_ + b.peak_gain;
     for (std::size_t c = 0; c < kMemCategoryCount; ++c) at_peak_[c] = now_[c] + b.at_peak[c];

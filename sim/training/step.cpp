@@ -1598,17 +1598,14 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     }
     return Time::zero();
   };
-  // Each rank's kernel time by kind (reported for the first simulated rank: the others' sums are
-  // not added up by replays).
-  std::vector<double> rank_compute(nranks, 0), rank_optimizer(nranks, 0), rank_recompute(nranks, 0);
-  // The rank total a phase's kernels add to (forward and backward: compute), by index and itself.
+  // The first simulated rank's kernel time by kind, what the report gives (r0 below; no other
+  // rank's is summed): compute (forward and backward), recompute, optimizer; and its TP, CP and EP
+  // collectives'.
+  double rank_totals[3] = {0, 0, 0};
   auto rank_total_of = [](Phase p) -> std::size_t { return p == Phase::optimizer ? 2 : p == Phase::recompute ? 1 : 0; };
-  std::vector<double>* const rank_totals[3] = {&rank_compute, &rank_recompute, &rank_optimizer};
-  auto rank_total = [&](Phase p) -> std::vector<double>& { return *rank_totals[rank_total_of(p)]; };
-  std::vector<double> rank_tp(nranks, 0), rank_cp(nranks, 0), rank_ep(nranks, 0);
-  auto comm_total = [&](CommGroup g) -> std::vector<double>& {
-    return g == CommGroup::tp ? rank_tp : g == CommGroup::cp ? rank_cp : rank_ep;
-  };
+  auto rank_total = [&](Phase p) -> double& { return rank_totals[rank_total_of(p)]; };
+  double rank_tp = 0, rank_cp = 0, rank_ep = 0;
+  auto comm_total = [&](CommGroup g) -> double& { return g == CommGroup::tp ? rank_tp : g == CommGroup::cp ? rank_cp : rank_ep; };
 
   // Emits a plan item's kernels on a rank; returns its first and last compute tasks.
   // A compute kernel's time at full speed, and at a GPU's slowdown.
@@ -1637,8 +1634,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         // items are a kernel or two, and this is most of building a pipelined step's graph).
         const Time hc = host_cost(it.phase);
         const double slow = slowdown[rank];
-        double& rank_acc = rank_total(it.phase)[rank];
-        double ra = rank_acc;  // summed kernel by kernel, in order, as below
+        double& rank_acc = rank_total(it.phase);
+        double ra = rank_acc;  // summed kernel by kernel, in order, as below (kept for the first rank)
         Time host = host_clock[rank], busy = open_run.busy, floor = open_run.floor, first_busy, first_floor;
         const double lead_slow = open_run.lead_slowdown;
         if (pacing && open_run.lead_on && lead_slow != slow) {
@@ -1678,7 +1675,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           open_run.lead_floor = floor;
         }
         host_clock[rank] = host;
-        rank_acc = ra;
+        if (rank == 0) rank_acc = ra;
         open_run.busy = busy;
         open_run.floor = floor;
         open_run.grown = true;
@@ -1703,7 +1700,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           // The tape's kernels carry it (worked out for the stage the tape belongs to). On the
           // network a launched one lasts what its flows make of it (counted after the run).
           dt = collective_dt(rank, kernel);
-          if (!synced || !net) comm_total(kernel.group)[rank] += dt.seconds();
+          if ((!synced || !net) && rank == 0) comm_total(kernel.group) += dt.seconds();
         } else {
           base = full_speed(kernel);
           dt = at_speed(base, slowdown[rank]);
@@ -1711,7 +1708,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         for (std::int32_t launch = 0; launch < kernel.launches; ++launch) {
           const bool first_launch = k == 0 && launch == 0, last_launch = k + 1 == kernels.size() && launch + 1 == kernel.launches;
           const Time launched = host_work(rank, host_cost(it.phase), kernel.name.c_str());
-          if (!coll) rank_total(it.phase)[rank] += dt.seconds();
+          if (!coll && rank == 0) rank_total(it.phase) += dt.seconds();
           const std::span<const TaskId> deps = first_launch ? std::span<const TaskId>(first_deps) : std::span<const TaskId>();
           Run& run = runs[std::size_t(rank)];
           TaskId g;
@@ -2095,13 +2092,13 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             host_clock[r] = host0 + rec.host;
             for (std::size_t t = 0; r == 0 && t < rec.by_rank_total.size(); ++t) {
               if (rec.by_rank_total[t].empty()) continue;
-              double& total = (*rank_totals[t])[r];
+              double& total = rank_totals[t];
               double sum = total;
               for (const double dt : rec.by_rank_total[t]) sum += dt;
               total = sum;
             }
             if (r == 0)
-              for (const auto& [kind, dt] : rec.comm) comm_total(kind)[r] += dt;
+              for (const auto& [kind, dt] : rec.comm) comm_total(kind) += dt;
             if (q_of(r) == 0) res.kernels += rec.launches;
             aligned[std::size_t(r)] &= rec.aligned_keep;
             if (!rec.claims.empty()) {
@@ -2359,7 +2356,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       const TaskId off = add_task(r, kDpComm, Time::from_seconds(t), opt_deps, nullptr);
       rs.first_optimizer = off;
       rs.has_optimizer = true;
-      rank_optimizer[r] += t;
+      if (r == 0) rank_total(Phase::optimizer) += t;
       opt_deps = {off};
       first_opt = false;
     }
@@ -2636,10 +2633,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       if (info[id].comm == 0) continue;
       const double d = (ex.finish_time(id) - ex.start_time(id)).seconds();
       const int r = info[id].rank;
-      switch (static_cast<CommGroup>(info[id].comm - 1)) {
-        case CommGroup::tp: rank_tp[r] += d; break;
-        case CommGroup::cp: rank_cp[r] += d; break;
-        case CommGroup::ep: rank_ep[r] += d; break;
+      const auto g = static_cast<CommGroup>(info[id].comm - 1);
+      switch (g) {
+        case CommGroup::tp: case CommGroup::cp: case CommGroup::ep: if (r == 0) comm_total(g) += d; break;
         case CommGroup::dp: if (q_of(r) == 0) res.dp_comm_total_s += d; break;
         case CommGroup::pp: if (q_of(r) == 0) res.pp_comm_s += d; break;
       }
@@ -2784,12 +2780,12 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
                                    (rank_gpus[std::size_t(r)] > 1 ? ", and " + std::to_string(rank_gpus[std::size_t(r)] - 1) + " like it)" : ")"));
   // Time breakdown of the first stage (the one that starts first and waits longest).
   const int r0 = 0;
-  res.compute_s = rank_compute[r0];
-  res.recompute_s = rank_recompute[r0];
-  res.optimizer_s = rank_optimizer[r0];
-  res.tp_comm_s = rank_tp[r0];
-  res.cp_comm_s = rank_cp[r0];
-  res.ep_comm_s = rank_ep[r0];
+  res.compute_s = rank_totals[0];
+  res.recompute_s = rank_totals[1];
+  res.optimizer_s = rank_totals[2];
+  res.tp_comm_s = rank_tp;
+  res.cp_comm_s = rank_cp;
+  res.ep_comm_s = rank_ep;
   res.dp_comm_exposed_s = dp_gap[r0];
   res.peer_wait_exposed_s = peer_gap[r0];
   res.host_stall_s = host_gap[r0];
