@@ -171,7 +171,7 @@ class Builder {
   // its partial output. `in` and `out` are this rank's widths.
   int linear(const std::string& name, int x, std::int64_t in, std::int64_t out, bool bias, Par par = Par::none) {
     const int param = tape_.add_param(double(in) * double(out) + (bias ? double(out) : 0.0),
-                                      trainable(name), layer_);
+                                      trainable(name), layer_, split_);
     const Dtype c = r_.compute == Dtype::fp8 ? Dtype::bf16 : r_.compute;  // fp8: operands quantised in the GEMM
     const bool frozen = !tape_.params[param].trainable;
     int xc = r_.autocast ? cast(x, c) : x;
@@ -283,7 +283,7 @@ class Builder {
       op.inputs = {xin};
       op.outputs = {y, stats};
       op.saved = {xin, stats};
-      op.param = tape_.add_param(double(m_.hidden) * (m_.arch == Arch::gpt ? 2 : 1), !t_.lora, layer_);
+      op.param = tape_.add_param(double(m_.hidden) * (m_.arch == Arch::gpt ? 2 : 1), !t_.lora, layer_, ParamSplit::replicated);
       if (!tape_.params[op.param].trainable) op.param = -1;
       op.fwd.push_back(mem_kernel(name, bytes(xin) + bytes(y), od));
       op.fwd.back().reduction = true;
@@ -303,7 +303,7 @@ class Builder {
     const Dtype od = r_.autocast ? Dtype::fp32 : dtype_[x];
     const int y = ew(name + ".weight", {nc}, elems, od, {nc});
     OpRec& last = tape_.ops.back();
-    last.param = tape_.add_param(double(m_.hidden), !t_.lora, layer_);
+    last.param = tape_.add_param(double(m_.hidden), !t_.lora, layer_, ParamSplit::replicated);
     if (!tape_.params[last.param].trainable) last.param = -1;
     return y;
   }
@@ -331,7 +331,8 @@ class Builder {
     }
     push(std::move(op));
     if (m_.arch != Arch::gpt) return e;
-    const int pos_param = tape_.add_param(double(m_.max_positions > 0 ? m_.max_positions : t_.seq_len) * h, !t_.lora);
+    const int pos_param =
+        tape_.add_param(double(m_.max_positions > 0 ? m_.max_positions : t_.seq_len) * h, !t_.lora, -1, ParamSplit::replicated);
     const int p = tensor(double(t_.seq_len) / double(st_.cp) / (sp() ? double(st_.tp) : 1.0) * h, d);
     OpRec pop;
     pop.outputs = {p};
@@ -503,13 +504,23 @@ class Builder {
     return ew("residual2", {x2, d}, elems_[x], rd);
   }
 
-  // Mixture of experts on one GPU: a router, then each token through top_k experts. The expert
-  // GEMMs see tokens*top_k/experts rows each (balanced routing).
+  // Mixture of experts (Megatron-Core's all-to-all token dispatcher): a router, then each token
+  // through top_k experts; each expert's GEMMs see its share of the routed tokens (balanced
+  // routing, times the capacity factor). Expert parallelism: experts / ep experts per rank, the
+  // routed tokens reaching them by an all-to-all (dispatch) and coming back by another (combine),
+  // forward and backward. Under tensor parallelism each expert is split like the dense MLP
+  // (column-parallel gate and up, row-parallel down: Megatron's expert tensor-parallel size
+  // defaults to the TP size): with sequence parallelism every TP rank routes its s/tp tokens, the
+  // dispatched tokens are all-gathered over the TP group and the experts' partial outputs
+  // reduce-scattered back (backward: the reverse); without it every TP rank routes the whole
+  // sequence, the partial outputs are all-reduced and so is the experts' input gradient.
   int moe(int x2, int n2) {
-    // Expert parallelism: experts / ep experts per rank; tokens reach them by an all-to-all
-    // (dispatch) and come back by another (combine), forward and backward.
-    const std::int64_t h = m_.hidden, f = m_.ffn, e = m_.experts, local = std::max<std::int64_t>(1, e / st_.ep);
+    const std::int64_t h = m_.hidden, e = m_.experts, local = std::max<std::int64_t>(1, e / st_.ep);
+    const std::int64_t f = ffn_;
+    const double act = dtype_bytes(dtype_[n2]);
+    split_ = ParamSplit::replicated;  // the router: a copy on every TP rank
     const int logits = linear("router", n2, h, e, false);
+    split_ = ParamSplit::tensor;
     const int probs = ew("router_softmax", {logits}, elems_[logits], Dtype::fp32, {}, true);
     const double routed = elems_[n2] / double(h) * double(m_.top_k);
     int disp = ew("dispatch", {n2, probs}, routed * double(h), dtype_[n2]);
@@ -517,7 +528,16 @@ class Builder {
       tape_.ops.back().fwd.push_back(comm_kernel("moe_dispatch_alltoall", CollectiveKind::all_to_all, CommGroup::ep, bytes(disp)));
       tape_.ops.back().bwd.push_back(comm_kernel("moe_dispatch_alltoall_bwd", CollectiveKind::all_to_all, CommGroup::ep, bytes(disp)));
     }
-    rows_override_ = routed / double(local) * t_.moe_capacity_factor;
+    double rows = routed;  // tokens (with repeats) this rank's local experts see
+    if (sp()) {
+      rows *= double(st_.tp);
+      disp = tp_comm("moe_tp_allgather", disp, rows * double(h), CollectiveKind::all_gather, CollectiveKind::reduce_scatter,
+                     rows * double(h) * act);
+    } else if (tp()) {
+      tape_.ops.back().bwd.push_back(comm_kernel("moe_grad_allreduce", CollectiveKind::all_reduce, CommGroup::tp, bytes(disp)));
+    }
+    rows_override_ = rows / double(local) * t_.moe_capacity_factor;
+    split_ = ParamSplit::expert;
     int acc = -1;
     for (std::int64_t i = 0; i < local; ++i) {
       const std::string p = "expert" + std::to_string(i) + ".";
@@ -528,13 +548,35 @@ class Builder {
       const int d = linear(p + "down", a, f, h, false);
       acc = acc < 0 ? d : ew(p + "gather", {acc, d}, elems_[d], dtype_[d]);
     }
+    split_ = ParamSplit::tensor;
     rows_override_ = 0;
+    if (sp()) {
+      acc = tp_comm("moe_tp_reducescatter", acc, routed * double(h), CollectiveKind::reduce_scatter, CollectiveKind::all_gather,
+                    rows * double(h) * dtype_bytes(dtype_[acc]));
+    } else if (tp()) {
+      tape_.ops.back().fwd.push_back(comm_kernel("moe_allreduce", CollectiveKind::all_reduce, CommGroup::tp, bytes(acc)));
+    }
     const int comb = ew("combine", {acc, probs}, elems_[n2], dtype_[acc], {probs});
     if (st_.ep > 1) {
       tape_.ops.back().fwd.push_back(comm_kernel("moe_combine_alltoall", CollectiveKind::all_to_all, CommGroup::ep, routed * double(h) * dtype_bytes(dtype_[acc])));
       tape_.ops.back().bwd.push_back(comm_kernel("moe_combine_alltoall_bwd", CollectiveKind::all_to_all, CommGroup::ep, routed * double(h) * dtype_bytes(dtype_[acc])));
     }
     return ew("residual2", {x2, comb}, elems_[x2], dtype_[x2]);
+  }
+
+  // A collective of the TP group as an op of its own: its output a new tensor of `out_elems`
+  // (gathered or scattered), its backward the opposite collective on the gradient. `bytes`: the
+  // gathered (whole) buffer, as for every collective kernel.
+  int tp_comm(const std::string& name, int x, double out_elems, CollectiveKind fwd, CollectiveKind bwd, double bytes) {
+    const int y = tensor(out_elems, dtype_[x]);
+    OpRec op;
+    op.inputs = {x};
+    op.outputs = {y};
+    op.fwd.push_back(comm_kernel(name, fwd, CommGroup::tp, bytes));
+    if (needs_grad(x)) op.bwd.push_back(comm_kernel(name + "_bwd", bwd, CommGroup::tp, bytes));
+    tape_.tensors[y].requires_grad = needs_grad(x);
+    push(std::move(op));
+    return y;
   }
 
   void head_and_loss(int x) {
@@ -553,7 +595,9 @@ class Builder {
     } else {
       // Untied, or tied across pipeline stages: the last stage holds its own copy of the matrix
       // (Megatron keeps both copies and all-reduces their gradients).
+      if (m_.tied_embeddings) split_ = ParamSplit::tied_copy;
       logits = linear("lm_head", n, h, vocab_, false, Par::column);
+      split_ = ParamSplit::tensor;
     }
     if (r_.fused_kernels || tp()) {
       // Megatron's (vocabulary-parallel) cross-entropy: the fp32 softmax is kept for backward,
@@ -657,6 +701,7 @@ class Builder {
   double sp_tokens_;  // tokens in the sequence-parallel regions (tokens_ / tp with SP)
   std::int64_t heads_, kv_heads_, ffn_, vocab_;  // this rank's share under tensor parallelism
   double rows_override_ = 0;  // tokens an expert's linears see (MoE)
+  ParamSplit split_ = ParamSplit::tensor;  // how the next linear's weight is split (MoE: router, experts)
   Tape tape_;
   std::vector<Dtype> dtype_;
   std::vector<double> elems_;

@@ -26,10 +26,19 @@ struct TensorRec {
   int producer = -1;
 };
 
+// How a stage's parameter is split over the GPUs that hold the stage: along tensor parallelism
+// (the linears, the vocabulary), copied on every TP rank (norms, the MoE router, learned
+// positions), an expert's (EP ranks hold different experts, each sharded along TP like a dense
+// MLP: Megatron's expert tensor-parallel size defaults to the TP size), or a second copy of
+// another stage's parameter (tied embeddings across a pipeline: the last stage's output layer,
+// split along TP; held, trained and all-reduced with the first's, counted once in the model).
+enum class ParamSplit : std::uint8_t { tensor, replicated, expert, tied_copy };
+
 struct ParamRec {
-  double count = 0;      // elements
+  double count = 0;      // elements, on one GPU
   bool trainable = true;
   int layer = -1;        // -1: embedding, final norm, head
+  ParamSplit split = ParamSplit::tensor;
 };
 
 struct OpRec {
@@ -60,8 +69,8 @@ struct Tape {
     tensors.push_back(TensorRec{bytes, cat, requires_grad, false, -1});
     return int(tensors.size()) - 1;
   }
-  int add_param(double count, bool trainable = true, int layer = -1) {
-    params.push_back(ParamRec{count, trainable, layer});
+  int add_param(double count, bool trainable = true, int layer = -1, ParamSplit split = ParamSplit::tensor) {
+    params.push_back(ParamRec{count, trainable, layer, split});
     return int(params.size()) - 1;
   }
   int add_op(OpRec op) {

@@ -2809,15 +2809,24 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   res.capacity_bytes = cfg.gpu.memory.value;
   res.required_bytes = res.peak_bytes * (1.0 + cfg.fragmentation) + cfg.context_reserve_bytes;
   res.fits = res.required_bytes <= res.capacity_bytes;
+  // The model's parameters: each stage's GPUs hold a TP rank's slice of the linears and the
+  // vocabulary, a copy of the norms and the router, and an EP rank's experts (sliced along TP).
   double trainable = 0, total = 0;
+  const double ep_n = double(std::max<std::int64_t>(1, par.ep));
   for (int r = 0; r < nranks; ++r)
     for (auto& ch : ranks[r].chunks) {
       if (q_of(r) != 0) break;
-      trainable += ch.planner->trainable_params();
-      total += ch.planner->trainable_params() + ch.planner->frozen_params();
+      for (const ParamRec& prm : ch.tape->params) {
+        const double n = prm.count * (prm.split == ParamSplit::replicated  ? 1.0
+                                      : prm.split == ParamSplit::expert    ? double(par.tp) * ep_n
+                                      : prm.split == ParamSplit::tied_copy ? 0.0
+                                                                           : double(par.tp));
+        total += n;
+        if (prm.trainable) trainable += n;
+      }
     }
-  res.params_trainable = trainable * double(par.tp);
-  res.params_total = total * double(par.tp);
+  res.params_trainable = trainable;
+  res.params_total = total;
   if (cfg.keep_trace) {
     for (TaskId id = 0; id < ex.task_count(); ++id) {
       const Kernel* k = info[id].kernel;

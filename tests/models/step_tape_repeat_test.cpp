@@ -50,6 +50,7 @@ void same_tape(const Tape& a, const Tape& b) {
     CHECK(a.params[p].count == b.params[p].count);
     CHECK(a.params[p].trainable == b.params[p].trainable);
     CHECK(a.params[p].layer == b.params[p].layer);
+    CHECK(a.params[p].split == b.params[p].split);
   }
   REQUIRE(a.ops.size() == b.ops.size());
   for (std::size_t i = 0; i < a.ops.size(); ++i) {

@@ -536,7 +536,8 @@ TEST_CASE("kernel runs folded into one task give exactly the per-kernel simulati
     const auto [runs, kernels] = runs_and_kernels(j, 1e-12);
     if (name == "tp-cp") CHECK(runs * 20 < kernels);
     if (name == "tp-pp-straggler" || name == "paced") CHECK(runs * 4 < kernels);
-    if (name == "tp-ep-straggler") CHECK(runs * 20 < kernels);
+    // (Each MoE layer's TP all-gather and reduce-scatter stand between its all-to-alls: ~19.5.)
+    if (name == "tp-ep-straggler") CHECK(runs * 16 < kernels);
   }
 }
 

@@ -1,0 +1,109 @@
+// Mixture of experts under tensor and expert parallelism, as Megatron-Core lays it out: each EP
+// rank holds experts / ep experts, each split along TP like the dense MLP (the expert
+// tensor-parallel size defaults to the TP size), the dispatched tokens all-gathered over the TP
+// group and the partial outputs reduce-scattered back.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "models/step_tape.hpp"
+#include "sim/training/step.hpp"
+#include "tools/io/scenario.hpp"
+#include "tools/io/simulate.hpp"
+
+using namespace scaleout;
+
+namespace {
+
+Json moe_scenario(std::int64_t tp, std::int64_t ep, std::int64_t pp, std::int64_t dp, const std::string& model = "mixtral-8x7b") {
+  Json par = {{"tp", tp}, {"ep", ep}, {"pp", pp}, {"dp", dp}};
+  if (tp > 1) par["sequence_parallel"] = true;
+  const std::int64_t gpus = tp * pp * dp;
+  return {{"model", {{"base", model}, {"layers", 4}}},
+          {"cluster", {{"gpu", "h100-sxm"}, {"nodes", (gpus + 7) / 8}, {"gpus_per_node", std::min<std::int64_t>(gpus, 8)}}},
+          {"training", {{"seq_len", 2048}, {"micro_batch", 1}, {"global_batch", 2 * dp}, {"precision", "bf16-mixed"},
+                        {"recompute", "full"}}},
+          {"parallelism", par}};
+}
+
+struct ExpertTally {
+  double params = 0, gemm_flops = 0;
+  int tp_gathers = 0, tp_scatters = 0;
+  double gather_bytes = 0, alltoall_bytes = 0;
+};
+
+ExpertTally tally(const Tape& t) {
+  ExpertTally x;
+  for (const ParamRec& p : t.params)
+    if (p.split == ParamSplit::expert) x.params += p.count;
+  for (const OpRec& op : t.ops)
+    for (const Kernel& k : op.fwd) {
+      if (k.kind == KernelKind::gemm && k.name.rfind("expert", 0) == 0)
+        x.gemm_flops += 2.0 * double(k.gemm.m) * double(k.gemm.n) * double(k.gemm.k) * double(k.gemm.batch);
+      if (k.name == "moe_tp_allgather") {
+        CHECK(k.group == CommGroup::tp);
+        CHECK(k.coll == CollectiveKind::all_gather);
+        ++x.tp_gathers;
+        x.gather_bytes = k.bytes;
+      }
+      if (k.name == "moe_dispatch_alltoall") x.alltoall_bytes = k.bytes;
+      if (k.name == "moe_tp_reducescatter") {
+        CHECK(k.group == CommGroup::tp);
+        CHECK(k.coll == CollectiveKind::reduce_scatter);
+        ++x.tp_scatters;
+      }
+    }
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("under tensor parallelism each expert is split like the dense MLP", "[models][moe]") {
+  const Scenario s = parse_scenario(moe_scenario(1, 2, 1, 2), "moe.json");
+  StageSpec one;
+  one.ep = 2;
+  StageSpec four = one;
+  four.tp = 4;
+  four.sequence_parallel = true;
+  const ExpertTally a = tally(build_step_tape(s.model, s.training, one));
+  const ExpertTally b = tally(build_step_tape(s.model, s.training, four));
+  // Four local experts (8 / ep) of gate, up and down, h x ffn each, per layer.
+  const double expert = 3.0 * double(s.model.hidden) * double(s.model.ffn);
+  CHECK(a.params == Approx(4 * 4 * expert));
+  CHECK(b.params == Approx(4 * 4 * expert / 4));
+  // The TP group shares the experts' work: the same tokens, a quarter of each expert on each GPU.
+  CHECK(b.gemm_flops == Approx(a.gemm_flops / 4).epsilon(1e-12));
+  CHECK(a.tp_gathers == 0);
+  CHECK(b.tp_gathers == 4);
+  CHECK(b.tp_scatters == 4);
+  // What is gathered: every TP rank's routed tokens (s / tp each, top_k copies), as dispatched.
+  CHECK(a.alltoall_bytes == Approx(2048.0 * double(s.model.top_k) * double(s.model.hidden) * 4));  // fp32 under autocast
+  CHECK(b.alltoall_bytes == Approx(a.alltoall_bytes / 4));
+  CHECK(b.gather_bytes == Approx(a.alltoall_bytes));
+}
+
+TEST_CASE("the report counts a model's parameters once whatever the plan", "[models][moe][parallel]") {
+  struct Plan {
+    std::int64_t tp, ep, pp, dp;
+    const char* model;
+  };
+  for (const Plan& p : {Plan{1, 1, 1, 1, "mixtral-8x7b"}, Plan{4, 2, 2, 2, "mixtral-8x7b"}, Plan{2, 4, 1, 8, "mixtral-8x7b"},
+                        Plan{8, 8, 2, 8, "mixtral-8x7b"}, Plan{8, 1, 2, 2, "llama-3-8b"}, Plan{1, 1, 4, 8, "gpt3-125m"}}) {
+    INFO(p.model << " tp " << p.tp << " ep " << p.ep << " pp " << p.pp << " dp " << p.dp);
+    Json j = moe_scenario(p.tp, p.ep, p.pp, p.dp, p.model);
+    if (p.ep == 1) j["parallelism"].erase("ep");
+    const Scenario s = parse_scenario(j, "moe.json");
+    const StepResult r = simulate_step(step_config(s));
+    CHECK(r.params_total == Approx(count_params(s.model).total()).epsilon(1e-12));
+    CHECK(r.params_trainable == Approx(r.params_total).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("expert weights, their gradients and optimizer state shrink with TP as the dense ones do", "[models][moe][memory]") {
+  // bf16-mixed AdamW: 4 + 4 + 8 bytes per parameter of the GPU's own slice. TP 4 holds a quarter
+  // of every expert and of every dense linear, all the norms and the router.
+  const StepResult one = simulate_step(step_config(parse_scenario(moe_scenario(1, 2, 1, 2), "moe.json")));
+  const StepResult four = simulate_step(step_config(parse_scenario(moe_scenario(4, 2, 1, 2), "moe.json")));
+  CHECK(four.peak_breakdown[0] == Approx(one.peak_breakdown[0] / 4).epsilon(0.01));
+  CHECK(four.peak_breakdown[2] == Approx(one.peak_breakdown[2] / 4).epsilon(0.01));
+}
