@@ -11,7 +11,10 @@ ChunkPlanner::ChunkPlanner(const Tape& tape, const TrainingSpec& training, Shard
                            bool grads_done)
     : tape_(tape), tr_(training), shard_(shard), memory_(memory), grads_done_(memory || grads_done),
       book_(book ? std::move(book) : std::make_shared<Book>()) {
-  for (const ParamRec& p : tape_.params) (p.trainable ? trainable_ : frozen_) += p.count;
+  for (const ParamRec& p : tape_.params) {
+    (p.trainable ? trainable_ : frozen_) += p.count;
+    if (p.split == ParamSplit::expert) (p.trainable ? expert_trainable_ : expert_frozen_) += p.count;
+  }
   first_op_of_region_.assign(tape_.regions, -1);
   ops_of_region_.assign(tape_.regions, {});
   for (std::size_t i = 0; i < tape_.ops.size(); ++i) {
@@ -80,11 +83,12 @@ PlanItem ChunkPlanner::persistent() const {
   const double frozen_bytes = tr_.lora && tr_.lora->nf4_base
                                   ? 0.5 + 0.5 / 64.0 + 4.0 / (64.0 * 256.0)
                                   : dtype_bytes(r.compute == Dtype::fp8 ? Dtype::bf16 : r.compute);
-  init.allocs.push_back({MemCategory::params, (trainable_ * dtype_bytes(r.param) + frozen_ * frozen_bytes) / shard_.params});
-  init.allocs.push_back({MemCategory::optimizer,
-                         trainable_ * (optimizer_state_bytes(tr_.optimizer, r.state) + (r.master_copy ? 4.0 : 0.0)) /
-                             shard_.optimizer});
-  if (shard_.persistent_grads) init.allocs.push_back({MemCategory::grads, trainable_ * dtype_bytes(r.grad) / shard_.grads});
+  init.allocs.push_back({MemCategory::params, share(true, shard_.params, shard_.expert_params) * dtype_bytes(r.param) +
+                                                 share(false, shard_.params, shard_.expert_params) * frozen_bytes});
+  init.allocs.push_back({MemCategory::optimizer, share(true, shard_.optimizer, shard_.expert_optimizer) *
+                                                    (optimizer_state_bytes(tr_.optimizer, r.state) + (r.master_copy ? 4.0 : 0.0))});
+  if (shard_.persistent_grads)
+    init.allocs.push_back({MemCategory::grads, share(true, shard_.grads, shard_.expert_grads) * dtype_bytes(r.grad)});
   // Inputs produced before the step (token ids) are alive from the start.
   std::vector<bool> seen(tape_.tensors.size(), false);
   for (const OpRec& op : tape_.ops)
@@ -254,11 +258,12 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch, std:
       }
     if (op.param >= 0 && tape_.params[op.param].count > 0) {
       const double full = tape_.params[op.param].count * dtype_bytes(r.grad);
-      if (shard_.grads > 1 && !shard_.persistent_grads) {
+      const double shards = grad_shards(op.param);
+      if (shards > 1 && !shard_.persistent_grads) {
         // Sharded gradients (ZeRO-2/3, FSDP without no_sync): every micro-batch's full gradient
         // lives until it is reduce-scattered; the shard stays and accumulates.
-        g.allocs.push_back({MemCategory::grads, grad_alive(op.param) ? full - full / shard_.grads : full});
-        g.frees.push_back({MemCategory::grads, full - full / shard_.grads});
+        g.allocs.push_back({MemCategory::grads, grad_alive(op.param) ? full - full / shards : full});
+        g.frees.push_back({MemCategory::grads, full - full / shards});
         set_grad_alive(op.param);
         g.grads_done.push_back(op.param);
       } else {
@@ -338,7 +343,7 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch, std:
 // elementwise op (torch/optim/adamw.py _multi_tensor_adamw), or one fused pass.
 std::vector<PlanItem> ChunkPlanner::optimizer() const {
   const PrecisionRecipe& r = tr_.precision;
-  const double n = trainable_ / shard_.optimizer;
+  const double n = share(true, shard_.optimizer, shard_.expert_optimizer);
   const double p = dtype_bytes(r.master_copy ? Dtype::fp32 : r.param);
   const double g = dtype_bytes(r.grad), s = dtype_bytes(r.state);
   std::vector<double> passes;  // bytes per parameter of each pass
@@ -397,7 +402,7 @@ PlanItem ChunkPlanner::release_grads() const {
   if (shard_.persistent_grads) return z;
   const double g = dtype_bytes(tr_.precision.grad);
   for (std::size_t i = 0; i < tape_.params.size(); ++i)
-    if (grad_alive(int(i))) z.frees.push_back({MemCategory::grads, tape_.params[i].count * g / shard_.grads});
+    if (grad_alive(int(i))) z.frees.push_back({MemCategory::grads, tape_.params[i].count * g / grad_shards(int(i))});
   return z;
 }
 

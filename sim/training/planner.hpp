@@ -38,8 +38,11 @@ struct PlanItem {
 };
 
 // How the data-parallel group shares state (ZeRO / FSDP): persistent bytes are divided by these.
+// Experts' state is shared by the expert data-parallel group only (the GPUs holding the same
+// experts: dp / ep of them), so it divides by the `expert_` factors.
 struct ShardPlan {
   double params = 1, grads = 1, optimizer = 1;
+  double expert_params = 1, expert_grads = 1, expert_optimizer = 1;
   bool persistent_grads = false;  // Megatron's contiguous main-grad buffer
 };
 
@@ -72,6 +75,7 @@ class ChunkPlanner {
   PlanItem release_grads() const;  // zero_grad(set_to_none=True)
 
   double trainable_params() const { return trainable_; }
+  double expert_trainable_params() const { return expert_trainable_; }  // of trainable_params()
   double frozen_params() const { return frozen_; }
   double layer_params(int layer) const {
     const auto it = layer_params_.find(layer);
@@ -97,6 +101,16 @@ class ChunkPlanner {
   ShardPlan shard_;
   bool memory_ = true, grads_done_ = true;
   double trainable_ = 0, frozen_ = 0;
+  double expert_trainable_ = 0, expert_frozen_ = 0;  // the experts' part of each
+  // A GPU's share of per-parameter state of the trainable (or frozen) parameters, the dense
+  // ones divided by `dense`, the experts' by `expert`.
+  double share(bool trainable, double dense, double expert) const {
+    const double all = trainable ? trainable_ : frozen_, ex = trainable ? expert_trainable_ : expert_frozen_;
+    return (all - ex) / dense + ex / expert;
+  }
+  double grad_shards(int param) const {
+    return tape_.params[param].split == ParamSplit::expert ? shard_.expert_grads : shard_.grads;
+  }
   std::vector<int> first_op_of_region_;
   std::vector<std::vector<int>> ops_of_region_;  // each checkpointed region's ops, in order
   std::vector<bool> weight_needs_;     // tensors a W pass (zero-bubble) reads

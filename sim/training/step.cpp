@@ -136,6 +136,12 @@ double hybrid_collective_time(const StepConfig& cfg, CollectiveKind kind, bool r
   return collective_time_of(p, kind, g, bytes);
 }
 
+double expert_dp_collective_time(const StepConfig& cfg, CollectiveKind kind, double bytes, std::int64_t stage) {
+  const ParallelPlan& p = cfg.parallel;
+  const std::int64_t e = std::max<std::int64_t>(1, p.ep);
+  return collective_time_of(p, kind, group_shape_of(p, p.dp / e, group_stride(p, CommGroup::dp) * e, stage), bytes);
+}
+
 namespace {
 
 enum Track : int { kHost = 0, kCompute = 1, kDpComm = 2, kSendFwd = 3, kSendBwd = 4 };
@@ -449,6 +455,14 @@ std::int64_t rank_of_index(const ParallelPlan& p, std::int64_t i) {
          (q / (p.tp * p.cp)) * group_stride(p, CommGroup::dp) + (i / Q) * group_stride(p, CommGroup::pp);
 }
 
+// Whether the experts' gradients are reduced over groups of their own (expert parallelism
+// inside a larger data-parallel group, state not gathered layer by layer as ZeRO-3 and FSDP do).
+bool expert_dp_groups(const ParallelPlan& p) {
+  const bool gathers = p.zero >= 3 || p.fsdp == FsdpMode::full_shard || p.fsdp == FsdpMode::hybrid_shard ||
+                       p.fsdp == FsdpMode::shard_grad_op;
+  return p.ep > 1 && p.ep < p.dp && !gathers;
+}
+
 std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::vector<double>>& fault_of) {
   const std::int64_t Q = p.tp * p.cp * p.dp, n = p.pp * Q;
   const std::int64_t ep = std::max<std::int64_t>(1, p.ep);
@@ -456,6 +470,9 @@ std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::
   // shard position in each) are groups of their own.
   const std::int64_t sg = hybrid_shard_group(p);
   const bool hybrid = sg < p.dp;
+  // The experts' data-parallel groups (the same position in every EP group), where their
+  // gradients are reduced apart from the dense ones.
+  const bool expert_dp = expert_dp_groups(p);
   std::vector<int> colour(static_cast<std::size_t>(n), 0);
   auto renumber = [&](const auto& key_of) {
     std::map<decltype(key_of(0)), int> ids;
@@ -476,7 +493,7 @@ std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::
       std::sort(cs.begin(), cs.end());
       return sig_ids.emplace(std::move(cs), int(sig_ids.size())).first->second;
     };
-    std::vector<std::array<int, 6>> sig(static_cast<std::size_t>(n));
+    std::vector<std::array<int, 7>> sig(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t q = i % Q;
       const std::int64_t tp_i = q % p.tp, cp_i = (q / p.tp) % p.cp, dp_i = q / (p.tp * p.cp);
@@ -507,12 +524,17 @@ std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::
         const int g = signature(i, p.tp * p.cp * sg, size);
         for (std::int64_t j = 0; j < size; ++j) sig[std::size_t(i + j * p.tp * p.cp * sg)][5] = g;
       }
+      if (expert_dp && dp_i < ep) {
+        const std::int64_t size = p.dp / ep;
+        const int g = signature(i, p.tp * p.cp * ep, size);
+        for (std::int64_t j = 0; j < size; ++j) sig[std::size_t(i + j * p.tp * p.cp * ep)][6] = g;
+      }
     }
     auto [next, next_count] = renumber([&](std::int64_t i) {
       const std::int64_t s = i / Q, q = i % Q;
       const int succ = colour[std::size_t(((s + 1) % p.pp) * Q + q)], pred = colour[std::size_t(((s + p.pp - 1) % p.pp) * Q + q)];
       const auto& g = sig[std::size_t(i)];
-      return std::array<int, 9>{colour[std::size_t(i)], g[0], g[1], g[2], g[3], g[4], g[5], succ, pred};
+      return std::array<int, 10>{colour[std::size_t(i)], g[0], g[1], g[2], g[3], g[4], g[5], g[6], succ, pred};
     });
     colour = std::move(next);
     if (next_count == count) break;
@@ -574,13 +596,14 @@ std::vector<int> step_classes(const StepConfig& cfg, const std::vector<int>& fin
   // a scenario asks for the same classes twice (its work bound, then the step): the last ones are
   // kept, keyed by everything symmetry_classes reads.
   struct Memo {
-    std::array<std::int64_t, 6> plan{};
+    std::array<std::int64_t, 7> plan{};
     std::vector<std::vector<double>> keys;
     std::vector<int> classes;
   };
   thread_local Memo memo;
   const ParallelPlan& p = cfg.parallel;
-  const std::array<std::int64_t, 6> plan{p.tp, p.cp, p.dp, p.pp, std::max<std::int64_t>(1, p.ep), hybrid_shard_group(p)};
+  const std::array<std::int64_t, 7> plan{p.tp, p.cp, p.dp, p.pp, std::max<std::int64_t>(1, p.ep), hybrid_shard_group(p),
+                                         std::int64_t(expert_dp_groups(p))};
   if (!memo.classes.empty() && memo.plan == plan && memo.keys == keys) return memo.classes;
   memo.classes = symmetry_classes(p, keys);
   memo.plan = plan;
@@ -715,6 +738,14 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   if (par.offload_optimizer) shard.optimizer = 1e30;  // moments live in host memory
   const double gathered_shard_params = shard.params;
   if (par.offload_params && gather_params) shard.params = 1e30;  // shards live in host memory
+  // Experts: their data-parallel group is the dp / ep GPUs holding the same experts, over which
+  // Megatron's DDP reduces their gradients and its distributed optimizer shards their state
+  // (ZeRO-3 and FSDP gather and shard them with the dense layers over the whole group: left so).
+  const std::int64_t ep_size = std::max<std::int64_t>(1, par.ep), expert_dp = par.dp / ep_size;
+  const bool expert_groups = ep_size > 1 && !gather_params;
+  shard.expert_params = shard.params;
+  shard.expert_grads = expert_groups ? std::max(1.0, shard.grads / double(ep_size)) : shard.grads;
+  shard.expert_optimizer = expert_groups && !par.offload_optimizer ? std::max(1.0, shard.optimizer / double(ep_size)) : shard.optimizer;
 
   const ComputeModel cm(cfg.gpu, cfg.profile);
   Simulator sim;
@@ -774,14 +805,18 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // The group a simulated rank belongs to, as one integer per group kind.
   // HYBRID_SHARD splits the data-parallel group in two: the shard group (consecutive data-parallel
   // ranks inside a node, which gather and reduce-scatter) and the replica group (the same shard
-  // position in every node, which all-reduces the shards). `dp_view` says which of them
-  // CommGroup::dp means while a collective is built (0: the whole group).
+  // position in every node, which all-reduces the shards). With expert parallelism the experts'
+  // gradients and state have a data-parallel group of their own: the GPUs holding the same
+  // experts, the same position in every EP group (dp / ep of them). `dp_view` says which of them
+  // CommGroup::dp means while a collective is built (0: the whole group, 1: shard group, 2:
+  // replicas, 3: expert data-parallel group).
   int dp_view = 0;
   const std::int64_t sg = shard_group;  // at least 1
+  const std::int64_t eg = std::max<std::int64_t>(1, par.ep);
   auto dp_member = [&](std::int64_t dp_i, std::int64_t i) {
-    return dp_view == 1 ? dp_i / sg * sg + i : dp_view == 2 ? dp_i % sg + i * sg : i;
+    return dp_view == 1 ? dp_i / sg * sg + i : dp_view == 2 ? dp_i % sg + i * sg : dp_view == 3 ? dp_i % eg + i * eg : i;
   };
-  // Barriers, occurrence counters and caches key a group kind by this slot (5, 6: the views).
+  // Barriers, occurrence counters and caches key a group kind by this slot (5, 6, 7: the views).
   auto slot_of = [&](CommGroup g) { return g == CommGroup::dp && dp_view > 0 ? 4 + dp_view : int(g); };
   auto group_id = [&](CommGroup g, int r) -> std::int64_t {
     const auto [tp_i, cp_i, dp_i, s] = coords_of(r);
@@ -790,7 +825,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       case CommGroup::tp: return (s * par.cp + cp_i) * par.dp + dp_i;
       case CommGroup::cp: return (s * par.tp + tp_i) * par.dp + dp_i;
       case CommGroup::dp:
-        if (dp_view > 0) return (s * par.tp * par.cp + tp_i * par.cp + cp_i) * par.dp + (dp_view == 1 ? dp_i / sg : dp_i % sg);
+        if (dp_view > 0)
+          return (s * par.tp * par.cp + tp_i * par.cp + cp_i) * par.dp + (dp_view == 1 ? dp_i / sg : dp_view == 2 ? dp_i % sg : dp_i % eg);
         return s * par.tp * par.cp + tp_i * par.cp + cp_i;
       case CommGroup::ep: return ((s * par.tp + tp_i) * par.cp + cp_i) * par.dp + dp_i / std::max<std::int64_t>(1, par.ep);
       case CommGroup::pp: return q;
@@ -798,7 +834,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     return 0;
   };
   auto group_size = [&](CommGroup g) {
-    if (g == CommGroup::dp && dp_view > 0) return dp_view == 1 ? sg : par.dp / sg;
+    if (g == CommGroup::dp && dp_view > 0) return dp_view == 1 ? sg : dp_view == 2 ? par.dp / sg : par.dp / eg;
     return g == CommGroup::tp ? par.tp : g == CommGroup::cp ? par.cp : g == CommGroup::dp ? par.dp : g == CommGroup::ep ? par.ep : par.pp;
   };
   // Which collectives meet: unfolded, the members of one group; by class, the groups whose members
@@ -1040,6 +1076,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
                          : g == CommGroup::ep ? x.dp % ep == 0
                          : dp_view == 1       ? x.dp % sg == 0
                          : dp_view == 2       ? x.dp < sg
+                         : dp_view == 3       ? x.dp < eg
                                               : x.dp == 0;
       if (!first || reps_in(g, x) != key) continue;
       std::vector<int> mem = members_of(g, x);
@@ -1068,7 +1105,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   std::vector<std::int32_t> pass_no(nranks, 0);
   // Whether a simulated rank stands for every member of its group of kind g (every group, folded;
   // by classes, a group all of its own class): its collectives wait for nothing but itself.
-  std::vector<std::array<std::int8_t, 7>> alone_in(nranks, std::array<std::int8_t, 7>{-1, -1, -1, -1, -1, -1, -1});
+  std::vector<std::array<std::int8_t, 8>> alone_in(nranks, std::array<std::int8_t, 8>{-1, -1, -1, -1, -1, -1, -1, -1});
   auto alone = [&](int rank, CommGroup g) {
     std::int8_t& a = alone_in[std::size_t(rank)][std::size_t(slot_of(g))];
     if (a < 0) {
@@ -1092,7 +1129,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   };
   std::vector<Owner> owners;
   std::map<std::pair<int, std::vector<int>>, std::uint32_t> owner_ids;
-  std::vector<std::array<std::int32_t, 7>> owner_in(nranks, std::array<std::int32_t, 7>{-1, -1, -1, -1, -1, -1, -1});
+  std::vector<std::array<std::int32_t, 8>> owner_in(nranks, std::array<std::int32_t, 8>{-1, -1, -1, -1, -1, -1, -1, -1});
   auto owner_of = [&](int rank, CommGroup g) -> std::uint32_t {
     std::int32_t& o = owner_in[std::size_t(rank)][std::size_t(slot_of(g))];
     if (o < 0) {
@@ -1173,8 +1210,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     std::vector<int> reps;
   };
   std::map<std::pair<int, std::int64_t>, GroupBarriers> group_barriers;  // (slot, group)
-  std::vector<std::array<GroupBarriers*, 7>> rank_groups(nranks, std::array<GroupBarriers*, 7>{});
-  std::vector<std::array<std::int64_t, 7>> occurrences(nranks, std::array<std::int64_t, 7>{});
+  std::vector<std::array<GroupBarriers*, 8>> rank_groups(nranks, std::array<GroupBarriers*, 8>{});
+  std::vector<std::array<std::int64_t, 8>> occurrences(nranks, std::array<std::int64_t, 8>{});
   // Whether every GPU the rank's TP, CP and EP groups reach (and theirs, and so on, within its
   // stage) is as fast as it (the same slowdown, data loader and stalls; by classes, analytic
   // network). Such GPUs run the same kernels at the same speed, so between dependencies their
@@ -1381,7 +1418,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   auto joined_batch = [&](int rank, const Kernel& k) -> const JoinedBatch& { return *kernel_batch(rank, k).batch; };
   // Whether the simulated ranks standing for a group's members are alike: the same slowdown, data
   // loader and stalls (by classes, a group of several classes).
-  std::vector<std::array<std::int8_t, 7>> uniform_in(nranks, std::array<std::int8_t, 7>{-1, -1, -1, -1, -1, -1, -1});
+  std::vector<std::array<std::int8_t, 8>> uniform_in(nranks, std::array<std::int8_t, 8>{-1, -1, -1, -1, -1, -1, -1, -1});
   auto uniform = [&](int rank, CommGroup g) {
     std::int8_t& u = uniform_in[std::size_t(rank)][std::size_t(slot_of(g))];
     if (u < 0) {
@@ -1402,7 +1439,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     int rank = 0;
     bool known = false;
   };
-  std::vector<std::array<Lead, 7>> lead_in(nranks);
+  std::vector<std::array<Lead, 8>> lead_in(nranks);
   auto lead_of = [&](int rank, CommGroup g) -> const Lead& {
     Lead& l = lead_in[std::size_t(rank)][std::size_t(slot_of(g))];
     if (!l.known) {
@@ -1456,7 +1493,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // of its class. Each member's collective of kind g then waits for nobody and takes the same time
   // (the stage's): they stay in lock-step (in an expert-parallel group, the experts' all-to-alls
   // between TP collectives of groups of one class each).
-  std::vector<std::array<int, 7>> beside_mask(nranks, std::array<int, 7>{-1, -1, -1, -1, -1, -1, -1});
+  std::vector<std::array<int, 8>> beside_mask(nranks, std::array<int, 8>{-1, -1, -1, -1, -1, -1, -1, -1});
   auto beside = [&](int rank, CommGroup g) -> unsigned {
     if (!grid || !in_grid(g)) return 0u;
     int& bm = beside_mask[std::size_t(rank)][std::size_t(slot_of(g))];
@@ -1896,18 +1933,28 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     }
     emit(r, init, {});
 
-    double bucket = 0;
+    // Gradient buckets: the dense parameters' over the data-parallel group, the experts' (with
+    // expert parallelism) in buckets of their own over the expert data-parallel group, none
+    // where that group is one GPU (ep = dp).
+    double bucket = 0, expert_bucket = 0;
     TaskId bucket_task = 0;
-    auto flush_bucket = [&](bool force) {
-      if (bucket <= 0 || (!force && bucket < par.ddp_bucket_bytes)) return;
+    auto flush_one = [&](double& b, bool force, bool experts) {
+      if (b <= 0 || (!force && b < par.ddp_bucket_bytes)) return;
       const bool reduce_scatter = par.zero >= 2;
       const CollectiveKind kind = reduce_scatter ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce;
-      const double t = collective_time(cfg, kind, CommGroup::dp, bucket, s);
+      const double t = experts ? expert_dp_collective_time(cfg, kind, b, s) : collective_time(cfg, kind, CommGroup::dp, b, s);
       std::vector<TaskId> deps{bucket_task};
       if (!par.overlap_grad_reduce) deps = {rs.last_backward};
-      rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(t), deps, nullptr, CommGroup::dp, kind, bucket));
+      dp_view = experts ? 3 : 0;
+      rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(t), deps, nullptr, CommGroup::dp, kind, b));
+      dp_view = 0;
       if (q_of(r) == 0) res.dp_comm_total_s += t;
-      bucket = 0;
+      b = 0;
+    };
+    auto flush_bucket = [&](bool force) {
+      flush_one(bucket, force, false);
+      if (expert_dp > 1) flush_one(expert_bucket, force, true);
+      expert_bucket = 0;
     };
 
     const std::vector<Work> order = schedule_for(par, s, m);
@@ -2267,7 +2314,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         if (is_bwd && !done.empty()) {
           // Gradients ready for the data-parallel reduction.
           if (!gather_params && par.dp > 1) {
-            for (int pidx : done) bucket += ch.tape->params[pidx].count * gdt;
+            for (int pidx : done)
+              (expert_groups && ch.tape->params[pidx].split == ParamSplit::expert ? expert_bucket : bucket) +=
+                  ch.tape->params[pidx].count * gdt;
             seal(r);
             bucket_task = b;
             flush_bucket(false);
@@ -2380,13 +2429,25 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     seal(r);
     merging = false;
     if (par.zero >= 1 && par.zero <= 2 && par.dp > 1) {
-      // ZeRO-1/2: every rank updated its shard; the parameters are all-gathered.
-      double n = 0;
-      for (auto& ch : rs.chunks) n += ch.planner->trainable_params();
-      const double t = collective_time(cfg, CollectiveKind::all_gather, CommGroup::dp, n * dtype_bytes(tr.precision.param), s);
-      sync_task(r, kDpComm, Time::from_seconds(t), one(ex.task_count() > 0 ? TaskId(ex.task_count() - 1) : 0), nullptr, CommGroup::dp,
-                CollectiveKind::all_gather, n * dtype_bytes(tr.precision.param));
+      // ZeRO-1/2: every rank updated its shard; the parameters are all-gathered (the experts'
+      // over their own data-parallel group).
+      double n = 0, ne = 0;
+      for (auto& ch : rs.chunks) {
+        n += ch.planner->trainable_params();
+        if (expert_groups) ne += ch.planner->expert_trainable_params();
+      }
+      const TaskId after = ex.task_count() > 0 ? TaskId(ex.task_count() - 1) : 0;
+      const double pb = dtype_bytes(tr.precision.param);
+      const double t = collective_time(cfg, CollectiveKind::all_gather, CommGroup::dp, (n - ne) * pb, s);
+      sync_task(r, kDpComm, Time::from_seconds(t), one(after), nullptr, CommGroup::dp, CollectiveKind::all_gather, (n - ne) * pb);
       if (q_of(r) == 0) res.dp_comm_total_s += t;
+      if (ne > 0 && expert_dp > 1) {
+        const double te = expert_dp_collective_time(cfg, CollectiveKind::all_gather, ne * pb, s);
+        dp_view = 3;
+        sync_task(r, kDpComm, Time::from_seconds(te), one(after), nullptr, CommGroup::dp, CollectiveKind::all_gather, ne * pb);
+        dp_view = 0;
+        if (q_of(r) == 0) res.dp_comm_total_s += te;
+      }
     }
   }
   // Pipeline dependencies: each pass waits for its neighbour's send.

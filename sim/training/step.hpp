@@ -45,5 +45,7 @@ std::int64_t hybrid_shard_group(const ParallelPlan& plan);
 // How far apart (in global ranks) the members of a group sit under the plan's placement order.
 std::int64_t placement_stride(const ParallelPlan& plan, CommGroup group);
 double hybrid_collective_time(const StepConfig& config, CollectiveKind kind, bool replicas, double bytes, std::int64_t stage = 0);
+// A collective over the experts' data-parallel group: the dp / ep GPUs holding the same experts.
+double expert_dp_collective_time(const StepConfig& config, CollectiveKind kind, double bytes, std::int64_t stage = 0);
 
 }  // namespace scaleout

@@ -5,8 +5,11 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
+#include <tuple>
 
 #include "models/step_tape.hpp"
+#include "sim/network/collective_model.hpp"
 #include "sim/training/step.hpp"
 #include "tools/io/scenario.hpp"
 #include "tools/io/simulate.hpp"
@@ -106,4 +109,57 @@ TEST_CASE("expert weights, their gradients and optimizer state shrink with TP as
   const StepResult four = simulate_step(step_config(parse_scenario(moe_scenario(4, 2, 1, 2), "moe.json")));
   CHECK(four.peak_breakdown[0] == Approx(one.peak_breakdown[0] / 4).epsilon(0.01));
   CHECK(four.peak_breakdown[2] == Approx(one.peak_breakdown[2] / 4).epsilon(0.01));
+}
+
+TEST_CASE("experts' optimizer state is sharded over the GPUs holding the same experts", "[models][moe][memory]") {
+  // ZeRO-1 over 8 data-parallel GPUs: the dense parameters' AdamW moments (8 bytes each under
+  // bf16-mixed) are split 8 ways; the experts' only over the dp / ep GPUs that hold them.
+  for (std::int64_t ep : {1, 2, 4, 8}) {
+    INFO("ep " << ep);
+    Json j = moe_scenario(1, ep, 1, 8);
+    j["parallelism"]["zero"] = 1;
+    if (ep == 1) j["parallelism"].erase("ep");
+    const Scenario s = parse_scenario(j, "moe.json");
+    StageSpec st;
+    st.ep = ep;
+    double dense = 0, expert = 0;
+    for (const ParamRec& p : build_step_tape(s.model, s.training, st).params)
+      (p.split == ParamSplit::expert ? expert : dense) += p.count;
+    const StepResult r = simulate_step(step_config(s));
+    CHECK(r.peak_breakdown[2] == Approx(8.0 * (dense / 8 + expert / double(8 / ep))).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("experts' gradients are reduced over their own data-parallel group, not at all where ep = dp", "[models][moe][parallel]") {
+  // The same 8 GPUs of one node, DDP: the dense gradients are all-reduced over all 8; the
+  // experts' over the 8 / ep GPUs holding the same experts.
+  auto dp_traffic = [](std::int64_t ep) {
+    Json j = moe_scenario(1, ep, 1, 8);
+    const Scenario s = parse_scenario(j, "moe.json");
+    StepConfig c = step_config(s);
+    StageSpec st;
+    st.ep = ep;
+    double dense = 0, expert = 0;
+    for (const ParamRec& p : build_step_tape(s.model, s.training, st).params)
+      (p.split == ParamSplit::expert ? expert : dense) += p.count;
+    return std::make_tuple(simulate_step(c).dp_comm_total_s, dense, expert, c);
+  };
+  const auto [t8, dense8, expert8, c8] = dp_traffic(8);
+  const auto [t2, dense2, expert2, c2] = dp_traffic(2);
+  // Per bucket of 25 MiB the ring's time is affine in the bytes; every bucket here is one GPU's
+  // share of a layer or less, so the totals compare through the bytes each group reduces.
+  CHECK(dense8 == Approx(dense2));
+  CHECK(t8 < t2);
+  // ep = dp: only the dense gradients travel (fp32 under bf16-mixed): one all-reduce of them,
+  // plus each 25 MiB bucket's latencies.
+  const double one = collective_time(c8, CollectiveKind::all_reduce, CommGroup::dp, dense8 * 4);
+  CHECK(t8 >= one);
+  CHECK(t8 < 1.1 * one);
+  // ep = 2: plus the experts' over 4 GPUs (over all 8 the ring would take 7/6 as long).
+  const double experts = expert_dp_collective_time(c2, CollectiveKind::all_reduce, expert2 * 4);
+  CHECK(t2 - t8 >= experts);
+  CHECK(t2 - t8 < 1.05 * experts);
+  CHECK(experts == Approx(collective_seconds(CollectiveKind::all_reduce, 4, expert2 * 4,
+                                             c2.parallel.links.intra_node_bandwidth * c2.parallel.links.intra_node_efficiency,
+                                             c2.parallel.links.intra_node_latency_s)));
 }
