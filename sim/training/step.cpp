@@ -72,7 +72,30 @@ GroupShape group_shape_of(const ParallelPlan& p, std::int64_t size, std::int64_t
   return {size, spans, per_node};
 }
 
+// The shape of a group given by its members' global ranks (a group of two strides: the
+// data-parallel group with the context-parallel ranks in it).
+GroupShape group_shape_of_members(const ParallelPlan& p, const std::vector<std::int64_t>& members) {
+  const std::int64_t gpn = std::max<std::int64_t>(1, p.gpus_per_node);
+  std::map<std::int64_t, std::int64_t> per_node;
+  for (std::int64_t r : members) ++per_node[r / gpn];
+  std::int64_t fewest = std::int64_t(members.size());
+  for (const auto& [node, n] : per_node) fewest = std::min(fewest, n);
+  const bool spans = per_node.size() > 1;
+  return {std::int64_t(members.size()), spans, spans ? std::max<std::int64_t>(fewest, 1) : 1};
+}
+
+// The data-parallel group of `stage`'s representative with its context-parallel ranks: every
+// (cp, dp) pair, or (experts) those whose dp index is `dp0` modulo `dp_step`.
+GroupShape dp_cp_shape(const ParallelPlan& p, std::int64_t dp_step, std::int64_t stage) {
+  std::vector<std::int64_t> members;
+  const std::int64_t base = stage_rank(p, stage), scp = group_stride(p, CommGroup::cp), sdp = group_stride(p, CommGroup::dp);
+  for (std::int64_t d = 0; d < p.dp; d += dp_step)
+    for (std::int64_t c = 0; c < p.cp; ++c) members.push_back(base + c * scp + d * sdp);
+  return group_shape_of_members(p, members);
+}
+
 GroupShape group_shape(const ParallelPlan& p, CommGroup g, std::int64_t stage) {
+  if (g == CommGroup::dp && p.cp > 1) return dp_cp_shape(p, 1, stage);
   std::int64_t size = 1;
   switch (g) {
     case CommGroup::tp: size = p.tp; break;
@@ -139,6 +162,7 @@ double hybrid_collective_time(const StepConfig& cfg, CollectiveKind kind, bool r
 double expert_dp_collective_time(const StepConfig& cfg, CollectiveKind kind, double bytes, std::int64_t stage) {
   const ParallelPlan& p = cfg.parallel;
   const std::int64_t e = std::max<std::int64_t>(1, p.ep);
+  if (p.cp > 1) return collective_time_of(p, kind, dp_cp_shape(p, e, stage), bytes);
   return collective_time_of(p, kind, group_shape_of(p, p.dp / e, group_stride(p, CommGroup::dp) * e, stage), bytes);
 }
 
@@ -460,7 +484,7 @@ std::int64_t rank_of_index(const ParallelPlan& p, std::int64_t i) {
 bool expert_dp_groups(const ParallelPlan& p) {
   const bool gathers = p.zero >= 3 || p.fsdp == FsdpMode::full_shard || p.fsdp == FsdpMode::hybrid_shard ||
                        p.fsdp == FsdpMode::shard_grad_op;
-  return p.ep > 1 && p.ep < p.dp && !gathers;
+  return p.ep > 1 && p.ep < p.dp * p.cp && !gathers;
 }
 
 std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::vector<double>>& fault_of) {
@@ -506,9 +530,9 @@ std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::
         const int g = signature(i, p.tp, p.cp);
         for (std::int64_t j = 0; j < p.cp; ++j) sig[std::size_t(i + j * p.tp)][1] = g;
       }
-      if (dp_i == 0) {
-        const int g = signature(i, p.tp * p.cp, p.dp);
-        for (std::int64_t j = 0; j < p.dp; ++j) sig[std::size_t(i + j * p.tp * p.cp)][2] = g;
+      if (dp_i == 0 && cp_i == 0) {  // the data-parallel group with its context-parallel ranks
+        const int g = signature(i, p.tp, p.cp * p.dp);
+        for (std::int64_t j = 0; j < p.cp * p.dp; ++j) sig[std::size_t(i + j * p.tp)][2] = g;
       }
       if (dp_i % ep == 0) {
         const std::int64_t size = std::min(ep, p.dp - dp_i);
@@ -524,10 +548,15 @@ std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::
         const int g = signature(i, p.tp * p.cp * sg, size);
         for (std::int64_t j = 0; j < size; ++j) sig[std::size_t(i + j * p.tp * p.cp * sg)][5] = g;
       }
-      if (expert_dp && dp_i < ep) {
-        const std::int64_t size = p.dp / ep;
-        const int g = signature(i, p.tp * p.cp * ep, size);
-        for (std::int64_t j = 0; j < size; ++j) sig[std::size_t(i + j * p.tp * p.cp * ep)][6] = g;
+      if (expert_dp && dp_i < ep && cp_i == 0) {  // every cp_i, dp_i modulo ep
+        std::vector<std::int64_t> members;
+        for (std::int64_t d = 0; d < p.dp; d += ep)
+          for (std::int64_t c = 0; c < p.cp; ++c) members.push_back(i + p.tp * (c + p.cp * d));
+        std::vector<int> cs;
+        for (std::int64_t x : members) cs.push_back(colour[std::size_t(x)]);
+        std::sort(cs.begin(), cs.end());
+        const int g = sig_ids.emplace(std::move(cs), int(sig_ids.size())).first->second;
+        for (std::int64_t x : members) sig[std::size_t(x)][6] = g;
       }
     }
     auto [next, next_count] = renumber([&](std::int64_t i) {
@@ -719,13 +748,19 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   const bool fsdp_shards = par.fsdp == FsdpMode::full_shard || par.fsdp == FsdpMode::shard_grad_op ||
                            par.fsdp == FsdpMode::hybrid_shard;
   const std::int64_t shard_group = hybrid_shard_group(par);
+  // The GPUs that hold the same weights and sum their gradients: the data-parallel ranks and, in
+  // each, the context-parallel ones (Megatron's data-parallel group with context parallelism;
+  // torchtitan's FSDP mesh dp_shard_cp). State is sharded over all of them (HYBRID_SHARD: its
+  // shard group).
+  const std::int64_t dp_cp = par.dp * par.cp;
+  const std::int64_t shard_over = par.fsdp == FsdpMode::hybrid_shard ? shard_group : dp_cp;
   ShardPlan shard;
   shard.persistent_grads = tr.precision.master_copy;
-  if (par.zero >= 1 || fsdp_shards) shard.optimizer = double(shard_group);
-  if (par.zero >= 2 || fsdp_shards) shard.grads = double(shard_group);
+  if (par.zero >= 1 || fsdp_shards) shard.optimizer = double(shard_over);
+  if (par.zero >= 2 || fsdp_shards) shard.grads = double(shard_over);
   if (par.zero >= 3 || par.fsdp == FsdpMode::full_shard || par.fsdp == FsdpMode::hybrid_shard ||
       par.fsdp == FsdpMode::shard_grad_op)
-    shard.params = double(shard_group);
+    shard.params = double(shard_over);
   const bool gather_params = shard.params > 1;
   // HYBRID_SHARD gathers and reduce-scatters inside its shard group (the node), then all-reduces
   // the shards across the replicas: the closed form times each over its own group.
@@ -741,7 +776,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // Experts: their data-parallel group is the dp / ep GPUs holding the same experts, over which
   // Megatron's DDP reduces their gradients and its distributed optimizer shards their state
   // (ZeRO-3 and FSDP gather and shard them with the dense layers over the whole group: left so).
-  const std::int64_t ep_size = std::max<std::int64_t>(1, par.ep), expert_dp = par.dp / ep_size;
+  const std::int64_t ep_size = std::max<std::int64_t>(1, par.ep), expert_dp = dp_cp / ep_size;
   const bool expert_groups = ep_size > 1 && !gather_params;
   shard.expert_params = shard.params;
   shard.expert_grads = expert_groups ? std::max(1.0, shard.grads / double(ep_size)) : shard.grads;
@@ -813,8 +848,16 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   int dp_view = 0;
   const std::int64_t sg = shard_group;  // at least 1
   const std::int64_t eg = std::max<std::int64_t>(1, par.ep);
-  auto dp_member = [&](std::int64_t dp_i, std::int64_t i) {
-    return dp_view == 1 ? dp_i / sg * sg + i : dp_view == 2 ? dp_i % sg + i * sg : dp_view == 3 ? dp_i % eg + i * eg : i;
+  // The data-parallel group spans the context-parallel ranks too (they hold the same weights and
+  // see other parts of the sequences: their gradients are summed), as does the experts' (a view's
+  // i-th member: context-parallel rank fastest); HYBRID_SHARD's groups stay within the replicas.
+  auto place_dp = [&](Coords& x, const Coords& c, std::int64_t i) {
+    switch (dp_view) {
+      case 1: x.dp = c.dp / sg * sg + i; break;
+      case 2: x.dp = c.dp % sg + i * sg; break;
+      case 3: x.cp = i % par.cp, x.dp = i / par.cp * eg + c.dp % eg; break;
+      default: x.cp = i % par.cp, x.dp = i / par.cp; break;
+    }
   };
   // Barriers, occurrence counters and caches key a group kind by this slot (5, 6, 7: the views).
   auto slot_of = [&](CommGroup g) { return g == CommGroup::dp && dp_view > 0 ? 4 + dp_view : int(g); };
@@ -825,17 +868,18 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       case CommGroup::tp: return (s * par.cp + cp_i) * par.dp + dp_i;
       case CommGroup::cp: return (s * par.tp + tp_i) * par.dp + dp_i;
       case CommGroup::dp:
-        if (dp_view > 0)
-          return (s * par.tp * par.cp + tp_i * par.cp + cp_i) * par.dp + (dp_view == 1 ? dp_i / sg : dp_view == 2 ? dp_i % sg : dp_i % eg);
-        return s * par.tp * par.cp + tp_i * par.cp + cp_i;
+        if (dp_view == 1 || dp_view == 2)
+          return (s * par.tp * par.cp + tp_i * par.cp + cp_i) * par.dp + (dp_view == 1 ? dp_i / sg : dp_i % sg);
+        if (dp_view == 3) return (s * par.tp + tp_i) * par.dp + dp_i % eg;
+        return s * par.tp + tp_i;
       case CommGroup::ep: return ((s * par.tp + tp_i) * par.cp + cp_i) * par.dp + dp_i / std::max<std::int64_t>(1, par.ep);
       case CommGroup::pp: return q;
     }
     return 0;
   };
   auto group_size = [&](CommGroup g) {
-    if (g == CommGroup::dp && dp_view > 0) return dp_view == 1 ? sg : dp_view == 2 ? par.dp / sg : par.dp / eg;
-    return g == CommGroup::tp ? par.tp : g == CommGroup::cp ? par.cp : g == CommGroup::dp ? par.dp : g == CommGroup::ep ? par.ep : par.pp;
+    if (g == CommGroup::dp) return dp_view == 1 ? sg : dp_view == 2 ? par.dp / sg : dp_view == 3 ? par.cp * par.dp / eg : par.cp * par.dp;
+    return g == CommGroup::tp ? par.tp : g == CommGroup::cp ? par.cp : g == CommGroup::ep ? par.ep : par.pp;
   };
   // Which collectives meet: unfolded, the members of one group; by class, the groups whose members
   // fall in the same classes (a rank's group holds GPUs that other simulated ranks stand for).
@@ -848,7 +892,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       Coords x = c;
       if (g == CommGroup::tp) x.tp = i;
       else if (g == CommGroup::cp) x.cp = i;
-      else if (g == CommGroup::dp) x.dp = dp_member(c.dp, i);
+      else if (g == CommGroup::dp) place_dp(x, c, i);
       else if (g == CommGroup::ep) x.dp = c.dp / ep * ep + i;
       else x.s = i;
       out.push_back(rep_of(x.s, x.tp + par.tp * (x.cp + par.cp * x.dp)));
@@ -1018,7 +1062,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       Coords x = c;
       if (g == CommGroup::tp) x.tp = i;
       else if (g == CommGroup::cp) x.cp = i;
-      else if (g == CommGroup::dp) x.dp = dp_member(c.dp, i);
+      else if (g == CommGroup::dp) place_dp(x, c, i);
       else if (g == CommGroup::ep) x.dp = c.dp / ep * ep + i;
       out.push_back(global_of(x));
     }
@@ -1076,8 +1120,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
                          : g == CommGroup::ep ? x.dp % ep == 0
                          : dp_view == 1       ? x.dp % sg == 0
                          : dp_view == 2       ? x.dp < sg
-                         : dp_view == 3       ? x.dp < eg
-                                              : x.dp == 0;
+                         : dp_view == 3       ? x.dp < eg && x.cp == 0
+                                              : x.dp == 0 && x.cp == 0;
       if (!first || reps_in(g, x) != key) continue;
       std::vector<int> mem = members_of(g, x);
       if (mem != specs.front().ranks) specs.push_back(spec_of(kind, std::move(mem), bytes));
@@ -1601,7 +1645,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       auto& book = tapes.books[ch.tape];
       if (!book) book = std::make_shared<ChunkPlanner::Book>();
       // (Which gradients an item finished is read by the data-parallel reduction only.)
-      ch.planner = std::make_unique<ChunkPlanner>(*ch.tape, tr, shard, book, cfg.track_memory, par.dp > 1);
+      ch.planner = std::make_unique<ChunkPlanner>(*ch.tape, tr, shard, book, cfg.track_memory, dp_cp > 1);
     }
   }
 
@@ -2026,7 +2070,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       aligned[std::size_t(r)] = 0;
       ++pass_no[std::size_t(r)];
       const bool last_backward = !w.forward && !w.weight && bwd_done[w.chunk] + 1 == int(m);  // of its chunk
-      if (flow_joins && par.dp > 1 && reduce_from[std::size_t(r)] == std::numeric_limits<std::int32_t>::max() &&
+      if (flow_joins && dp_cp > 1 && reduce_from[std::size_t(r)] == std::numeric_limits<std::int32_t>::max() &&
           (gather_params || last_backward) && dp_shares_node(r))
         reduce_from[std::size_t(r)] = pass_no[std::size_t(r)];
       if (!tapes.join_until.empty() || reduce_from[std::size_t(r)] <= pass_no[std::size_t(r)])
@@ -2070,7 +2114,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         const std::span<const Kernel> ks = x.kernels();
         return !ks.empty() && x.own.empty() && x.host_prologue_tensors == 0 &&
                (!gather_params || x.phase == Phase::optimizer || x.layer == cur_layer) &&
-               !(x.phase == Phase::backward && !x.grads_done.empty() && par.dp > 1) &&
+               !(x.phase == Phase::backward && !x.grads_done.empty() && dp_cp > 1) &&
                std::all_of(ks.begin(), ks.end(), [&](const Kernel& k) { return k.kind != KernelKind::collective || joins(r, k); });
       };
       for (std::size_t idx = 0; idx < items.size(); ++idx) {
@@ -2313,7 +2357,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         last = b;
         if (is_bwd && !done.empty()) {
           // Gradients ready for the data-parallel reduction.
-          if (!gather_params && par.dp > 1) {
+          if (!gather_params && dp_cp > 1) {
             for (int pidx : done)
               (expert_groups && ch.tape->params[pidx].split == ParamSplit::expert ? expert_bucket : bucket) +=
                   ch.tape->params[pidx].count * gdt;
@@ -2428,7 +2472,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     }
     seal(r);
     merging = false;
-    if (par.zero >= 1 && par.zero <= 2 && par.dp > 1) {
+    if (par.zero >= 1 && par.zero <= 2 && dp_cp > 1) {
       // ZeRO-1/2: every rank updated its shard; the parameters are all-gathered (the experts'
       // over their own data-parallel group).
       double n = 0, ne = 0;
@@ -2969,7 +3013,7 @@ Windows windows_of(const StepConfig& cfg) {
   // (the pipelines' windows, past 16 and 32 further, also caught both but cost 81 micro-batches
   // against 21: a fully sharded Llama-3-70B DP-64 step of 128 micro-batches took 80 ms, 30 ms now).
   const ParallelPlan& par = cfg.parallel;
-  const bool dp_every_micro_batch = par.dp > 1 && (par.zero >= 2 || par.fsdp != FsdpMode::none);
+  const bool dp_every_micro_batch = par.dp * par.cp > 1 && (par.zero >= 2 || par.fsdp != FsdpMode::none);
   if (par.pp == 1 && !stall && cfg.topology && dp_every_micro_batch) return m > 24 ? Windows{2, 3, 16} : Windows{};
   if (par.pp == 1 && !stall && m > 6) return {2, 3, 4};
   // With a pipeline: the first window past the warm-up (w), the second a period of the schedule

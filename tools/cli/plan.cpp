@@ -89,7 +89,7 @@ std::vector<Scenario> enumerate(const Scenario& base, std::int64_t gpus) {
         const std::vector<std::int64_t> eps = m.experts > 1 ? pow2_divisors(std::min(dp, m.experts), 64) : std::vector<std::int64_t>{1};
         for (std::int64_t ep : eps) {
           if (m.experts % ep) continue;
-          for (int shard = 0; shard <= (dp > 1 ? 3 : 0); ++shard) {
+          for (int shard = 0; shard <= (dp * cp > 1 ? 3 : 0); ++shard) {  // ZeRO shards over dp * cp
             for (std::int64_t mb : {1, 2, 4, 8, 16}) {
               if (base.training.global_batch % (mb * dp)) continue;
               const std::int64_t mbs = base.training.global_batch / (mb * dp);
