@@ -25,7 +25,10 @@ ChunkPlanner::ChunkPlanner(const Tape& tape, const TrainingSpec& training, Shard
   param_grad_alive_.assign((tape_.params.size() + 63) / 64, 0);
   if (shard_.persistent_grads)
     for (std::size_t i = 0; i < tape_.params.size(); ++i) set_grad_alive(int(i));
-  for (const ParamRec& p : tape_.params) layer_params_[p.layer] += p.count;
+  for (const ParamRec& p : tape_.params) {
+    layer_params_[p.layer] += p.count;
+    if (p.split == ParamSplit::expert) layer_expert_params_[p.layer] += p.count;
+  }
   // Tensors a W pass needs (what the ops with a separate weight gradient saved), and the first op
   // (in tape order; the last in backward order) that needs each.
   weight_needs_.assign(tape_.tensors.size(), false);

@@ -81,6 +81,10 @@ class ChunkPlanner {
     const auto it = layer_params_.find(layer);
     return it == layer_params_.end() ? 0.0 : it->second;
   }
+  double layer_expert_params(int layer) const {  // of layer_params(layer)
+    const auto it = layer_expert_params_.find(layer);
+    return it == layer_expert_params_.end() ? 0.0 : it->second;
+  }
 
  private:
   struct MbState {
@@ -121,7 +125,7 @@ class ChunkPlanner {
   bool grad_alive(int p) const { return (param_grad_alive_[std::size_t(p) >> 6] >> (p & 63)) & 1u; }
   void set_grad_alive(int p) { param_grad_alive_[std::size_t(p) >> 6] |= std::uint64_t(1) << (p & 63); }
   std::map<int, MbState> mbs_;
-  std::map<int, double> layer_params_;
+  std::map<int, double> layer_params_, layer_expert_params_;
   std::shared_ptr<Book> book_;
   std::map<int, bool> templated_;  // in flight from the book's forward (no MbState of their own)
 

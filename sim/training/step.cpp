@@ -479,12 +479,10 @@ std::int64_t rank_of_index(const ParallelPlan& p, std::int64_t i) {
          (q / (p.tp * p.cp)) * group_stride(p, CommGroup::dp) + (i / Q) * group_stride(p, CommGroup::pp);
 }
 
-// Whether the experts' gradients are reduced over groups of their own (expert parallelism
-// inside a larger data-parallel group, state not gathered layer by layer as ZeRO-3 and FSDP do).
+// Whether the experts' gradients are reduced (and their state sharded) over groups of their own:
+// expert parallelism inside a larger data-parallel group, except under HYBRID_SHARD.
 bool expert_dp_groups(const ParallelPlan& p) {
-  const bool gathers = p.zero >= 3 || p.fsdp == FsdpMode::full_shard || p.fsdp == FsdpMode::hybrid_shard ||
-                       p.fsdp == FsdpMode::shard_grad_op;
-  return p.ep > 1 && p.ep < p.dp * p.cp && !gathers;
+  return p.ep > 1 && p.ep < p.dp * p.cp && p.fsdp != FsdpMode::hybrid_shard;
 }
 
 std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::vector<double>>& fault_of) {
@@ -773,14 +771,16 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   if (par.offload_optimizer) shard.optimizer = 1e30;  // moments live in host memory
   const double gathered_shard_params = shard.params;
   if (par.offload_params && gather_params) shard.params = 1e30;  // shards live in host memory
-  // Experts: their data-parallel group is the dp / ep GPUs holding the same experts, over which
-  // Megatron's DDP reduces their gradients and its distributed optimizer shards their state
-  // (ZeRO-3 and FSDP gather and shard them with the dense layers over the whole group: left so).
+  // Experts: their data-parallel group is the dp*cp / ep GPUs holding the same experts, over which
+  // Megatron's DDP reduces their gradients and its distributed optimizer shards their state, and
+  // ZeRO-3 / FSDP (torchtitan's dp_shard_mod_ep mesh) shard, gather and reduce-scatter them.
+  // (HYBRID_SHARD keeps them with the dense layers in its node-local groups: left so.)
   const std::int64_t ep_size = std::max<std::int64_t>(1, par.ep), expert_dp = dp_cp / ep_size;
-  const bool expert_groups = ep_size > 1 && !gather_params;
-  shard.expert_params = shard.params;
-  shard.expert_grads = expert_groups ? std::max(1.0, shard.grads / double(ep_size)) : shard.grads;
-  shard.expert_optimizer = expert_groups && !par.offload_optimizer ? std::max(1.0, shard.optimizer / double(ep_size)) : shard.optimizer;
+  const bool expert_groups = ep_size > 1 && !hybrid_groups && par.fsdp != FsdpMode::hybrid_shard;
+  auto expert_share = [&](double dense) { return expert_groups && dense < 1e29 ? std::max(1.0, dense / double(ep_size)) : dense; };
+  shard.expert_params = expert_share(shard.params);
+  shard.expert_grads = expert_share(shard.grads);
+  shard.expert_optimizer = expert_share(shard.optimizer);
 
   const ComputeModel cm(cfg.gpu, cfg.profile);
   Simulator sim;
@@ -2305,8 +2305,12 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             closes.push(last, {MemCategory::other, gathered_bytes});
           }
           cur_layer = item.layer;
-          const double lp = ch.planner->layer_params(item.layer) * (item.layer >= 0 ? 1.0 : 1.0);
-          gathered_bytes = lp * dtype_bytes(gather_dtype) * (1.0 - (par.offload_params ? 0.0 : 1.0 / shard.params));
+          // (The experts' part over their own group: gathered from dp*cp / ep shards, or held
+          // whole where that group is one GPU.)
+          const double lpe = expert_groups ? ch.planner->layer_expert_params(item.layer) : 0.0;
+          const double lp = ch.planner->layer_params(item.layer) - lpe;
+          gathered_bytes = lp * dtype_bytes(gather_dtype) * (1.0 - (par.offload_params ? 0.0 : 1.0 / shard.params)) +
+                           lpe * dtype_bytes(gather_dtype) * (1.0 - (par.offload_params ? 0.0 : 1.0 / shard.expert_params));
           const bool need = w.forward || regather_in_backward;
           if (need && gathered_bytes > 0) {
             double t = shard_time(CollectiveKind::all_gather, lp * dtype_bytes(gather_dtype), s);
@@ -2314,7 +2318,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             // all-gather stream before every gather.
             const Dtype stored = tr.precision.param;
             if (stored != gather_dtype && !par.offload_params)
-              t += cm.memory_time(lp / shard.params * (dtype_bytes(stored) + dtype_bytes(gather_dtype)), false).seconds();
+              t += cm.memory_time((lp / shard.params + lpe / shard.expert_params) * (dtype_bytes(stored) + dtype_bytes(gather_dtype)), false)
+                       .seconds();
             std::vector<TaskId> gdeps;
             if (started) gdeps.push_back(first);  // prefetch: once this pass has started
             // FSDP's rate limiter (limit_all_gathers, on by default) keeps at most two layers'
@@ -2323,7 +2328,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             if (layer_ends.size() >= 2) gdeps.push_back(layer_ends[layer_ends.size() - 2]);
             // Offloaded parameters: this rank's shard crosses PCIe before the gather.
             if (par.offload_params) {
-              const double h2d = lp * dtype_bytes(gather_dtype) / gathered_shard_params / std::max(par.links.pcie_bandwidth, 1.0);
+              const double h2d = (lp / gathered_shard_params + lpe / expert_share(gathered_shard_params)) * dtype_bytes(gather_dtype) /
+                                 std::max(par.links.pcie_bandwidth, 1.0);
               if (net) gdeps = {add_task(r, kDpComm, Time::from_seconds(h2d), gdeps, nullptr)};
               else t += h2d;
             }
@@ -2332,6 +2338,14 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
                                      lp * dtype_bytes(gather_dtype));
             dp_view = 0;
             if (q_of(r) == 0) res.dp_comm_total_s += t;
+            if (lpe > 0 && expert_dp > 1) {
+              const double te = expert_dp_collective_time(cfg, CollectiveKind::all_gather, lpe * dtype_bytes(gather_dtype), s);
+              dp_view = 3;
+              layer_gather = sync_task(r, kDpComm, Time::from_seconds(te), one(layer_gather), nullptr, CommGroup::dp,
+                                       CollectiveKind::all_gather, lpe * dtype_bytes(gather_dtype));
+              dp_view = 0;
+              if (q_of(r) == 0) res.dp_comm_total_s += te;
+            }
             opens.push(layer_gather, {MemCategory::other, gathered_bytes});
             first_deps.push_back(layer_gather);
             have_gather = true;
@@ -2373,8 +2387,17 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       if (gather_params && !w.forward) {
         // Reduce-scatter of this chunk's gradients (per layer in practice; one task per pass
         // here, issued as the pass ends), every micro-batch as FSDP does without no_sync.
-        double bytes = 0;
-        for (const ParamRec& prm : ch.tape->params) bytes += prm.count * gdt;
+        double bytes = 0, expert_bytes = 0;
+        for (const ParamRec& prm : ch.tape->params)
+          (expert_groups && prm.split == ParamSplit::expert ? expert_bytes : bytes) += prm.count * gdt;
+        if (expert_bytes > 0 && expert_dp > 1) {  // the experts' over their own group
+          const double te = expert_dp_collective_time(cfg, CollectiveKind::reduce_scatter, expert_bytes, s);
+          dp_view = 3;
+          rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(te), one(last), nullptr, CommGroup::dp,
+                                          CollectiveKind::reduce_scatter, expert_bytes));
+          dp_view = 0;
+          if (q_of(r) == 0) res.dp_comm_total_s += te;
+        }
         const double t = shard_time(CollectiveKind::reduce_scatter, bytes, s);
         dp_view = hybrid_groups ? 1 : 0;
         const TaskId rs_task = sync_task(r, kDpComm, Time::from_seconds(t), one(last), nullptr, CommGroup::dp,
