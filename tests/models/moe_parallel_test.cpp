@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <tuple>
+#include <utility>
 
 #include "models/step_tape.hpp"
 #include "sim/network/collective_model.hpp"
@@ -57,6 +58,16 @@ ExpertTally tally(const Tape& t) {
       }
     }
   return x;
+}
+
+// One GPU's dense and expert parameters (elements) at TP 1 and expert parallelism ep.
+std::pair<double, double> dense_and_experts(const Scenario& s, std::int64_t ep) {
+  StageSpec st;
+  st.ep = ep;
+  double dense = 0, expert = 0;
+  for (const ParamRec& p : build_step_tape(s.model, s.training, st).params)
+    (p.split == ParamSplit::expert ? expert : dense) += p.count;
+  return {dense, expert};
 }
 
 }  // namespace
@@ -120,11 +131,7 @@ TEST_CASE("experts' optimizer state is sharded over the GPUs holding the same ex
     j["parallelism"]["zero"] = 1;
     if (ep == 1) j["parallelism"].erase("ep");
     const Scenario s = parse_scenario(j, "moe.json");
-    StageSpec st;
-    st.ep = ep;
-    double dense = 0, expert = 0;
-    for (const ParamRec& p : build_step_tape(s.model, s.training, st).params)
-      (p.split == ParamSplit::expert ? expert : dense) += p.count;
+    const auto [dense, expert] = dense_and_experts(s, ep);
     const StepResult r = simulate_step(step_config(s));
     CHECK(r.peak_breakdown[2] == Approx(8.0 * (dense / 8 + expert / double(8 / ep))).epsilon(1e-9));
   }
@@ -137,11 +144,7 @@ TEST_CASE("experts' gradients are reduced over their own data-parallel group, no
     Json j = moe_scenario(1, ep, 1, 8);
     const Scenario s = parse_scenario(j, "moe.json");
     StepConfig c = step_config(s);
-    StageSpec st;
-    st.ep = ep;
-    double dense = 0, expert = 0;
-    for (const ParamRec& p : build_step_tape(s.model, s.training, st).params)
-      (p.split == ParamSplit::expert ? expert : dense) += p.count;
+    const auto [dense, expert] = dense_and_experts(s, ep);
     return std::make_tuple(simulate_step(c).dp_comm_total_s, dense, expert, c);
   };
   const auto [t8, dense8, expert8, c8] = dp_traffic(8);
@@ -174,11 +177,7 @@ TEST_CASE("under FSDP experts are sharded, gathered and reduce-scattered over th
     j["parallelism"]["fsdp"] = "full_shard";
     if (ep == 1) j["parallelism"].erase("ep");
     const Scenario s = parse_scenario(j, "moe.json");
-    StageSpec st;
-    st.ep = ep;
-    double dense = 0, expert = 0;
-    for (const ParamRec& p : build_step_tape(s.model, s.training, st).params)
-      (p.split == ParamSplit::expert ? expert : dense) += p.count;
+    const auto [dense, expert] = dense_and_experts(s, ep);
     const StepResult r = simulate_step(step_config(s));
     CHECK(r.peak_breakdown[0] == Approx(4.0 * (dense / 8 + expert / double(8 / ep))).epsilon(1e-9));
     if (ep == 2) traffic_ep2 = r.dp_comm_total_s;
