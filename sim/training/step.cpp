@@ -155,6 +155,13 @@ double collective_time(const StepConfig& cfg, CollectiveKind kind, CommGroup gro
 double hybrid_collective_time(const StepConfig& cfg, CollectiveKind kind, bool replicas, double bytes, std::int64_t stage) {
   const ParallelPlan& p = cfg.parallel;
   const std::int64_t sg = hybrid_shard_group(p), stride = group_stride(p, CommGroup::dp);
+  if (!replicas && p.cp > 1) {  // the shard group: the node's data-parallel ranks and their CP ranks
+    std::vector<std::int64_t> members;
+    const std::int64_t base = stage_rank(p, stage), scp = group_stride(p, CommGroup::cp);
+    for (std::int64_t d = 0; d < sg; ++d)
+      for (std::int64_t c = 0; c < p.cp; ++c) members.push_back(base + c * scp + d * stride);
+    return collective_time_of(p, kind, group_shape_of_members(p, members), bytes);
+  }
   const GroupShape g = replicas ? group_shape_of(p, p.dp / sg, stride * sg, stage) : group_shape_of(p, sg, stride, stage);
   return collective_time_of(p, kind, g, bytes);
 }
@@ -537,9 +544,9 @@ std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::
         const int g = signature(i, p.tp * p.cp, size);
         for (std::int64_t j = 0; j < size; ++j) sig[std::size_t(i + j * p.tp * p.cp)][3] = g;
       }
-      if (hybrid && dp_i % sg == 0) {
-        const int g = signature(i, p.tp * p.cp, sg);
-        for (std::int64_t j = 0; j < sg; ++j) sig[std::size_t(i + j * p.tp * p.cp)][4] = g;
+      if (hybrid && dp_i % sg == 0 && cp_i == 0) {  // a shard group with its CP ranks
+        const int g = signature(i, p.tp, p.cp * sg);
+        for (std::int64_t j = 0; j < p.cp * sg; ++j) sig[std::size_t(i + j * p.tp)][4] = g;
       }
       if (hybrid && dp_i < sg) {
         const std::int64_t size = p.dp / sg;
@@ -749,9 +756,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // The GPUs that hold the same weights and sum their gradients: the data-parallel ranks and, in
   // each, the context-parallel ones (Megatron's data-parallel group with context parallelism;
   // torchtitan's FSDP mesh dp_shard_cp). State is sharded over all of them (HYBRID_SHARD: its
-  // shard group).
+  // shard group, the node's data-parallel ranks and their CP ranks).
   const std::int64_t dp_cp = par.dp * par.cp;
-  const std::int64_t shard_over = par.fsdp == FsdpMode::hybrid_shard ? shard_group : dp_cp;
+  const std::int64_t shard_over = par.fsdp == FsdpMode::hybrid_shard ? shard_group * par.cp : dp_cp;
   ShardPlan shard;
   shard.persistent_grads = tr.precision.master_copy;
   if (par.zero >= 1 || fsdp_shards) shard.optimizer = double(shard_over);
@@ -849,11 +856,12 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   const std::int64_t sg = shard_group;  // at least 1
   const std::int64_t eg = std::max<std::int64_t>(1, par.ep);
   // The data-parallel group spans the context-parallel ranks too (they hold the same weights and
-  // see other parts of the sequences: their gradients are summed), as does the experts' (a view's
-  // i-th member: context-parallel rank fastest); HYBRID_SHARD's groups stay within the replicas.
+  // see other parts of the sequences: their gradients are summed), as do the experts' and
+  // HYBRID_SHARD's shard group (a view's i-th member: context-parallel rank fastest); the
+  // replica group is the same shard position (and CP rank) in every node.
   auto place_dp = [&](Coords& x, const Coords& c, std::int64_t i) {
     switch (dp_view) {
-      case 1: x.dp = c.dp / sg * sg + i; break;
+      case 1: x.cp = i % par.cp, x.dp = c.dp / sg * sg + i / par.cp; break;
       case 2: x.dp = c.dp % sg + i * sg; break;
       case 3: x.cp = i % par.cp, x.dp = i / par.cp * eg + c.dp % eg; break;
       default: x.cp = i % par.cp, x.dp = i / par.cp; break;
@@ -868,8 +876,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       case CommGroup::tp: return (s * par.cp + cp_i) * par.dp + dp_i;
       case CommGroup::cp: return (s * par.tp + tp_i) * par.dp + dp_i;
       case CommGroup::dp:
-        if (dp_view == 1 || dp_view == 2)
-          return (s * par.tp * par.cp + tp_i * par.cp + cp_i) * par.dp + (dp_view == 1 ? dp_i / sg : dp_i % sg);
+        if (dp_view == 1) return (s * par.tp + tp_i) * par.dp + dp_i / sg;
+        if (dp_view == 2) return (s * par.tp * par.cp + tp_i * par.cp + cp_i) * par.dp + dp_i % sg;
         if (dp_view == 3) return (s * par.tp + tp_i) * par.dp + dp_i % eg;
         return s * par.tp + tp_i;
       case CommGroup::ep: return ((s * par.tp + tp_i) * par.cp + cp_i) * par.dp + dp_i / std::max<std::int64_t>(1, par.ep);
@@ -878,7 +886,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     return 0;
   };
   auto group_size = [&](CommGroup g) {
-    if (g == CommGroup::dp) return dp_view == 1 ? sg : dp_view == 2 ? par.dp / sg : dp_view == 3 ? par.cp * par.dp / eg : par.cp * par.dp;
+    if (g == CommGroup::dp) return dp_view == 1 ? sg * par.cp : dp_view == 2 ? par.dp / sg : dp_view == 3 ? par.cp * par.dp / eg : par.cp * par.dp;
     return g == CommGroup::tp ? par.tp : g == CommGroup::cp ? par.cp : g == CommGroup::ep ? par.ep : par.pp;
   };
   // Which collectives meet: unfolded, the members of one group; by class, the groups whose members
@@ -1118,7 +1126,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       const bool first = g == CommGroup::tp   ? x.tp == 0
                          : g == CommGroup::cp ? x.cp == 0
                          : g == CommGroup::ep ? x.dp % ep == 0
-                         : dp_view == 1       ? x.dp % sg == 0
+                         : dp_view == 1       ? x.dp % sg == 0 && x.cp == 0
                          : dp_view == 2       ? x.dp < sg
                          : dp_view == 3       ? x.dp < eg && x.cp == 0
                                               : x.dp == 0 && x.cp == 0;
@@ -2406,10 +2414,10 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         if (hybrid_groups) {
           // HYBRID_SHARD: the shard group (inside the node) reduce-scatters, then each shard is
           // all-reduced across the replicas (the same shard position in every node).
-          const double t2 = hybrid_collective_time(cfg, CollectiveKind::all_reduce, true, bytes / double(shard_group), s);
+          const double t2 = hybrid_collective_time(cfg, CollectiveKind::all_reduce, true, bytes / double(shard_over), s);
           dp_view = 2;
           rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(t2), one(rs_task), nullptr, CommGroup::dp,
-                                          CollectiveKind::all_reduce, bytes / double(shard_group)));
+                                          CollectiveKind::all_reduce, bytes / double(shard_over)));
           if (q_of(r) == 0) res.dp_comm_total_s += t2;
         } else {
           rs.dp_tasks.push_back(rs_task);

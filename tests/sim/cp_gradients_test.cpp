@@ -58,3 +58,16 @@ TEST_CASE("ZeRO shards state over the data-parallel and context-parallel ranks t
   const StepResult r = simulate_step(step_config(s));
   CHECK(r.peak_breakdown[2] == Approx(8.0 * stage_params(s, 2) / 4).epsilon(1e-9));
 }
+
+TEST_CASE("HYBRID_SHARD's shard group holds its data-parallel ranks' CP ranks too", "[parallel][cp][memory]") {
+  // Two nodes of 8: CP 2 x DP 8, HYBRID_SHARD. A node holds 4 data-parallel ranks and their CP
+  // partners: the shard group is those 8 GPUs (torchtitan's dp_shard_cp inside a replica), so each
+  // holds 1/8 of the fp32 parameters; the replicas all-reduce across the two nodes.
+  Json j = cp_scenario(2, 8);
+  j["cluster"] = {{"gpu", "h100-sxm"}, {"nodes", 2}, {"gpus_per_node", 8}};
+  j["parallelism"]["fsdp"] = "hybrid_shard";
+  const Scenario s = parse_scenario(j, "cp.json");
+  const StepResult r = simulate_step(step_config(s));
+  CHECK(r.peak_breakdown[0] == Approx(4.0 * stage_params(s, 2) / 8).epsilon(1e-9));
+  CHECK(r.dp_comm_total_s > 0);
+}

@@ -40,7 +40,7 @@ def random_plan(rng, micro_batches):
         z = rng.choice(['none', 'zero1', 'zero2', 'zero3', 'fsdp', 'hybrid'])
         if z.startswith('zero'): par['zero'] = int(z[-1])
         elif z == 'fsdp': par['fsdp'] = 'full_shard'
-        elif z == 'hybrid' and cp == 1 and pp == 1: par['fsdp'] = 'hybrid_shard'
+        elif z == 'hybrid' and pp == 1: par['fsdp'] = 'hybrid_shard'  # (with CP since session 17)
         if rng.random() < 0.3: par['overlap_grad_reduce'] = False
     layers = 4 * pp * (2 if par.get('pp_schedule') == 'interleaved' else 1) // (1 if pp < 4 else 2)
     model = {'arch': 'llama', 'layers': max(layers, 2 * pp), 'hidden': 1024, 'heads': 8, 'kv_heads': 8, 'ffn': 4096, 'vocab': 1024, 'tied_embeddings': False}
