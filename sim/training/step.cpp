@@ -84,18 +84,19 @@ GroupShape group_shape_of_members(const ParallelPlan& p, const std::vector<std::
   return {std::int64_t(members.size()), spans, spans ? std::max<std::int64_t>(fewest, 1) : 1};
 }
 
-// The data-parallel group of `stage`'s representative with its context-parallel ranks: every
-// (cp, dp) pair, or (experts) those whose dp index is `dp0` modulo `dp_step`.
-GroupShape dp_cp_shape(const ParallelPlan& p, std::int64_t dp_step, std::int64_t stage) {
+// A data-parallel group of `stage`'s representative with its context-parallel ranks: every
+// (cp, dp) pair with dp below `dp_end` and a multiple of `dp_step` (the whole group: p.dp, 1; the
+// experts': p.dp, ep; HYBRID_SHARD's shard group: the node's share, 1).
+GroupShape dp_cp_shape(const ParallelPlan& p, std::int64_t dp_end, std::int64_t dp_step, std::int64_t stage) {
   std::vector<std::int64_t> members;
   const std::int64_t base = stage_rank(p, stage), scp = group_stride(p, CommGroup::cp), sdp = group_stride(p, CommGroup::dp);
-  for (std::int64_t d = 0; d < p.dp; d += dp_step)
+  for (std::int64_t d = 0; d < dp_end; d += dp_step)
     for (std::int64_t c = 0; c < p.cp; ++c) members.push_back(base + c * scp + d * sdp);
   return group_shape_of_members(p, members);
 }
 
 GroupShape group_shape(const ParallelPlan& p, CommGroup g, std::int64_t stage) {
-  if (g == CommGroup::dp && p.cp > 1) return dp_cp_shape(p, 1, stage);
+  if (g == CommGroup::dp && p.cp > 1) return dp_cp_shape(p, p.dp, 1, stage);
   std::int64_t size = 1;
   switch (g) {
     case CommGroup::tp: size = p.tp; break;
@@ -155,13 +156,8 @@ double collective_time(const StepConfig& cfg, CollectiveKind kind, CommGroup gro
 double hybrid_collective_time(const StepConfig& cfg, CollectiveKind kind, bool replicas, double bytes, std::int64_t stage) {
   const ParallelPlan& p = cfg.parallel;
   const std::int64_t sg = hybrid_shard_group(p), stride = group_stride(p, CommGroup::dp);
-  if (!replicas && p.cp > 1) {  // the shard group: the node's data-parallel ranks and their CP ranks
-    std::vector<std::int64_t> members;
-    const std::int64_t base = stage_rank(p, stage), scp = group_stride(p, CommGroup::cp);
-    for (std::int64_t d = 0; d < sg; ++d)
-      for (std::int64_t c = 0; c < p.cp; ++c) members.push_back(base + c * scp + d * stride);
-    return collective_time_of(p, kind, group_shape_of_members(p, members), bytes);
-  }
+  // (The shard group: the node's data-parallel ranks and their CP ranks.)
+  if (!replicas && p.cp > 1) return collective_time_of(p, kind, dp_cp_shape(p, sg, 1, stage), bytes);
   const GroupShape g = replicas ? group_shape_of(p, p.dp / sg, stride * sg, stage) : group_shape_of(p, sg, stride, stage);
   return collective_time_of(p, kind, g, bytes);
 }
@@ -169,7 +165,7 @@ double hybrid_collective_time(const StepConfig& cfg, CollectiveKind kind, bool r
 double expert_dp_collective_time(const StepConfig& cfg, CollectiveKind kind, double bytes, std::int64_t stage) {
   const ParallelPlan& p = cfg.parallel;
   const std::int64_t e = std::max<std::int64_t>(1, p.ep);
-  if (p.cp > 1) return collective_time_of(p, kind, dp_cp_shape(p, e, stage), bytes);
+  if (p.cp > 1) return collective_time_of(p, kind, dp_cp_shape(p, p.dp, e, stage), bytes);
   return collective_time_of(p, kind, group_shape_of(p, p.dp / e, group_stride(p, CommGroup::dp) * e, stage), bytes);
 }
 
@@ -783,7 +779,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // ZeRO-3 / FSDP (torchtitan's dp_shard_mod_ep mesh) shard, gather and reduce-scatter them.
   // (HYBRID_SHARD keeps them with the dense layers in its node-local groups: left so.)
   const std::int64_t ep_size = std::max<std::int64_t>(1, par.ep), expert_dp = dp_cp / ep_size;
-  const bool expert_groups = ep_size > 1 && !hybrid_groups && par.fsdp != FsdpMode::hybrid_shard;
+  const bool expert_groups = ep_size > 1 && par.fsdp != FsdpMode::hybrid_shard;
   auto expert_share = [&](double dense) { return expert_groups && dense < 1e29 ? std::max(1.0, dense / double(ep_size)) : dense; };
   shard.expert_params = expert_share(shard.params);
   shard.expert_grads = expert_share(shard.grads);
@@ -1985,6 +1981,15 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     }
     emit(r, init, {});
 
+    // A collective over the experts' data-parallel group (dp_view 3), timed and counted.
+    auto expert_dp_task = [&](CollectiveKind kind, double bytes, std::span<const TaskId> deps) {
+      const double te = expert_dp_collective_time(cfg, kind, bytes, s);
+      dp_view = 3;
+      const TaskId id = sync_task(r, kDpComm, Time::from_seconds(te), deps, nullptr, CommGroup::dp, kind, bytes);
+      dp_view = 0;
+      if (q_of(r) == 0) res.dp_comm_total_s += te;
+      return id;
+    };
     // Gradient buckets: the dense parameters' over the data-parallel group, the experts' (with
     // expert parallelism) in buckets of their own over the expert data-parallel group, none
     // where that group is one GPU (ep = dp).
@@ -1994,13 +1999,15 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       if (b <= 0 || (!force && b < par.ddp_bucket_bytes)) return;
       const bool reduce_scatter = par.zero >= 2;
       const CollectiveKind kind = reduce_scatter ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce;
-      const double t = experts ? expert_dp_collective_time(cfg, kind, b, s) : collective_time(cfg, kind, CommGroup::dp, b, s);
       std::vector<TaskId> deps{bucket_task};
       if (!par.overlap_grad_reduce) deps = {rs.last_backward};
-      dp_view = experts ? 3 : 0;
-      rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(t), deps, nullptr, CommGroup::dp, kind, b));
-      dp_view = 0;
-      if (q_of(r) == 0) res.dp_comm_total_s += t;
+      if (experts) {
+        rs.dp_tasks.push_back(expert_dp_task(kind, b, deps));
+      } else {
+        const double t = collective_time(cfg, kind, CommGroup::dp, b, s);
+        rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(t), deps, nullptr, CommGroup::dp, kind, b));
+        if (q_of(r) == 0) res.dp_comm_total_s += t;
+      }
       b = 0;
     };
     auto flush_bucket = [&](bool force) {
@@ -2346,14 +2353,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
                                      lp * dtype_bytes(gather_dtype));
             dp_view = 0;
             if (q_of(r) == 0) res.dp_comm_total_s += t;
-            if (lpe > 0 && expert_dp > 1) {
-              const double te = expert_dp_collective_time(cfg, CollectiveKind::all_gather, lpe * dtype_bytes(gather_dtype), s);
-              dp_view = 3;
-              layer_gather = sync_task(r, kDpComm, Time::from_seconds(te), one(layer_gather), nullptr, CommGroup::dp,
-                                       CollectiveKind::all_gather, lpe * dtype_bytes(gather_dtype));
-              dp_view = 0;
-              if (q_of(r) == 0) res.dp_comm_total_s += te;
-            }
+            if (lpe > 0 && expert_dp > 1)
+              layer_gather = expert_dp_task(CollectiveKind::all_gather, lpe * dtype_bytes(gather_dtype), one(layer_gather));
             opens.push(layer_gather, {MemCategory::other, gathered_bytes});
             first_deps.push_back(layer_gather);
             have_gather = true;
@@ -2398,14 +2399,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         double bytes = 0, expert_bytes = 0;
         for (const ParamRec& prm : ch.tape->params)
           (expert_groups && prm.split == ParamSplit::expert ? expert_bytes : bytes) += prm.count * gdt;
-        if (expert_bytes > 0 && expert_dp > 1) {  // the experts' over their own group
-          const double te = expert_dp_collective_time(cfg, CollectiveKind::reduce_scatter, expert_bytes, s);
-          dp_view = 3;
-          rs.dp_tasks.push_back(sync_task(r, kDpComm, Time::from_seconds(te), one(last), nullptr, CommGroup::dp,
-                                          CollectiveKind::reduce_scatter, expert_bytes));
-          dp_view = 0;
-          if (q_of(r) == 0) res.dp_comm_total_s += te;
-        }
+        if (expert_bytes > 0 && expert_dp > 1)  // the experts' over their own group
+          rs.dp_tasks.push_back(expert_dp_task(CollectiveKind::reduce_scatter, expert_bytes, one(last)));
         const double t = shard_time(CollectiveKind::reduce_scatter, bytes, s);
         dp_view = hybrid_groups ? 1 : 0;
         const TaskId rs_task = sync_task(r, kDpComm, Time::from_seconds(t), one(last), nullptr, CommGroup::dp,
@@ -2516,13 +2511,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       const double t = collective_time(cfg, CollectiveKind::all_gather, CommGroup::dp, (n - ne) * pb, s);
       sync_task(r, kDpComm, Time::from_seconds(t), one(after), nullptr, CommGroup::dp, CollectiveKind::all_gather, (n - ne) * pb);
       if (q_of(r) == 0) res.dp_comm_total_s += t;
-      if (ne > 0 && expert_dp > 1) {
-        const double te = expert_dp_collective_time(cfg, CollectiveKind::all_gather, ne * pb, s);
-        dp_view = 3;
-        sync_task(r, kDpComm, Time::from_seconds(te), one(after), nullptr, CommGroup::dp, CollectiveKind::all_gather, ne * pb);
-        dp_view = 0;
-        if (q_of(r) == 0) res.dp_comm_total_s += te;
-      }
+      if (ne > 0 && expert_dp > 1) expert_dp_task(CollectiveKind::all_gather, ne * pb, one(after));
     }
   }
   // Pipeline dependencies: each pass waits for its neighbour's send.
