@@ -13,13 +13,19 @@ std::optional<PrecisionRecipe> precision_recipe(const std::string& name) {
     r.autocast = true;
   } else if (name == "bf16") {
     r.param = r.grad = r.state = r.residual = r.compute = Dtype::bf16;
-  } else if (name == "megatron-bf16" || name == "megatron-fp16" || name == "fp8-mixed") {
+  } else if (name == "megatron-bf16" || name == "megatron-fp16" || name == "fp8-mixed" || name == "nemo-bf16") {
     // Megatron-LM: low-precision params, fp32 main grads, fp32 master copy and moments (18 B/param).
+    // NeMo (1.x, through 24.x containers) runs the same model with Apex's distributed Adam, and
+    // for bf16 weights and an fp32 optimizer sets store_params=False, store_param_remainders=True
+    // (megatron_base_model.py setup_optimization): the master weight is the bf16 parameter plus
+    // its low 16 bits kept by the optimizer, 2 bytes, not a 4-byte copy (16 B/param). Without the
+    // distributed optimizer NeMo keeps a full fp32 copy: the scenario sets 4 again.
     const Dtype lo = name == "megatron-fp16" ? Dtype::fp16 : Dtype::bf16;
     r.param = r.residual = lo;
     r.compute = name == "fp8-mixed" ? Dtype::fp8 : lo;
     r.grad = r.state = Dtype::fp32;
     r.master_copy = true;
+    if (name == "nemo-bf16") r.master_bytes = 2.0;
     r.fused_kernels = true;
   } else {
     return std::nullopt;

@@ -23,6 +23,10 @@ struct PrecisionRecipe {
   Dtype residual = Dtype::fp32;    // the residual stream between layers
   bool autocast = false;           // PyTorch autocast: per-op casts, weight copies per forward
   bool master_copy = false;        // an fp32 master copy beside low-precision params (Megatron)
+  // Bytes a parameter's master copy takes: 4 (fp32), or 2 where the optimizer keeps only the low
+  // 16 bits of each fp32 master weight, the bf16 parameter being its high half (NeMo's distributed
+  // Adam: store_param_remainders).
+  double master_bytes = 4.0;
   bool fused_kernels = false;      // Megatron-style fused norm, bias-GELU, softmax, cross-entropy
 };
 

@@ -89,7 +89,7 @@ PlanItem ChunkPlanner::persistent() const {
   init.allocs.push_back({MemCategory::params, share(true, shard_.params, shard_.expert_params) * dtype_bytes(r.param) +
                                                  share(false, shard_.params, shard_.expert_params) * frozen_bytes});
   init.allocs.push_back({MemCategory::optimizer, share(true, shard_.optimizer, shard_.expert_optimizer) *
-                                                    (optimizer_state_bytes(tr_.optimizer, r.state) + (r.master_copy ? 4.0 : 0.0))});
+                                                    (optimizer_state_bytes(tr_.optimizer, r.state) + (r.master_copy ? r.master_bytes : 0.0))});
   if (shard_.persistent_grads)
     init.allocs.push_back({MemCategory::grads, share(true, shard_.grads, shard_.expert_grads) * dtype_bytes(r.grad)});
   // Inputs produced before the step (token ids) are alive from the start.
@@ -373,7 +373,9 @@ std::vector<PlanItem> ChunkPlanner::optimizer() const {
       passes = {2 * p + g + 4.0 * 1.0};
       break;
   }
-  if (r.master_copy) passes.push_back(4.0 + dtype_bytes(r.param) + g);  // copy master to params; zero grads
+  // Copy the master to the params and zero the grads; where the master is the params' remainder
+  // the step wrote both halves in place: the grads only.
+  if (r.master_copy) passes.push_back(r.master_bytes >= 4.0 ? 4.0 + dtype_bytes(r.param) + g : g);
   PlanItem it;
   it.phase = Phase::optimizer;
   if (temp > 0) {

@@ -49,6 +49,25 @@ TEST_CASE("megatron-bf16 holds 18 bytes per parameter", "[models][memory]") {
   CHECK(r.peak_breakdown[kParams] + r.peak_breakdown[kGrads] + r.peak_breakdown[kOpt] == Approx(18 * n));
 }
 
+TEST_CASE("nemo-bf16's distributed optimizer keeps the master weights' low halves: 16 bytes per parameter",
+          "[models][memory]") {
+  // bf16 params (2) + fp32 main grads (4) + two fp32 moments (8) + the fp32 masters' low 16 bits (2).
+  const StepResult r = run("gpt2-xl", 512, 1, "nemo-bf16", Recompute::full);
+  const double n = r.params_total;
+  CHECK(r.peak_breakdown[kOpt] == Approx(10 * n));
+  CHECK(r.peak_breakdown[kParams] + r.peak_breakdown[kGrads] + r.peak_breakdown[kOpt] == Approx(16 * n));
+  // Only under the distributed optimizer: without ZeRO NeMo keeps a full fp32 copy.
+  auto master_bytes = [](int zero) {
+    const Json j = {{"model", "gpt2-xl"},
+                    {"cluster", {{"gpu", "h100-sxm"}, {"nodes", 1}, {"gpus_per_node", 2}}},
+                    {"training", {{"seq_len", 512}, {"global_batch", 2}, {"precision", "nemo-bf16"}}},
+                    {"parallelism", {{"dp", 2}, {"zero", zero}}}};
+    return parse_scenario(j, "nemo.json").training.precision.master_bytes;
+  };
+  CHECK(master_bytes(1) == 2.0);
+  CHECK(master_bytes(0) == 4.0);
+}
+
 TEST_CASE("pure bf16 halves the state; SGD keeps one moment", "[models][memory]") {
   const StepResult bf = run("llama-3.2-1b", 512, 1, "bf16", Recompute::full);
   CHECK(bf.peak_breakdown[kParams] == Approx(2 * bf.params_total));
