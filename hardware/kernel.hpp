@@ -55,6 +55,12 @@ struct Kernel {
   // Launched this many times back to back, each launch the same (the optimizer's
   // multi_tensor_apply chunks: thousands for a large model on one GPU, planned and emitted as one).
   std::int32_t launches = 1;
+  // A TP collective that Transformer Engine's userbuffers overlap with a GEMM of the same op
+  // (tp_comm_overlap): the GEMM at this offset in the op's kernel list (+1 the next, -1 the one
+  // before), 0 for none. Such a collective never goes to the network: its `seconds` is the part of
+  // it the GEMM leaves exposed (see step.cpp), and it still waits for its group.
+  std::int8_t overlaps = 0;
+  bool pipelined = false;  // split into chunks with the GEMM (ring exchange, pipelined RS); else bulk
 
   double flops() const {
     switch (kind) {

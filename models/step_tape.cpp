@@ -211,30 +211,50 @@ class Builder {
     op.outputs = {y};
     const auto t = static_cast<std::int64_t>(col ? tokens_ : base_rows);
     const double act = dtype_bytes(c);
+    // Transformer Engine's userbuffers (Megatron --tp-comm-overlap, NeMo ub_tp_comm_overlap) hide
+    // SP's collectives behind the linear's own GEMMs: forward, the all-gather runs as a ring
+    // exchange chunk by chunk with the column GEMM (ub_overlap_ag) and the row GEMM's output is
+    // reduce-scattered in pipelined chunks (ub_overlap_rs); backward, the row layer's gradient
+    // all-gather overlaps its dgrad the same way, and the column layer's input re-gather runs in
+    // bulk beside its dgrad GEMM (ub_bulk_dgrad), its dgrad's reduce-scatter beside its wgrad
+    // GEMM (ub_bulk_wgrad). `overlaps` points from the collective to that GEMM.
+    const bool ub = sp() && st_.tp_comm_overlap;
+    auto overlapped = [ub](Kernel k, int offset, bool pipelined) {
+      if (ub) {
+        k.overlaps = std::int8_t(offset);
+        k.pipelined = pipelined;
+      }
+      return k;
+    };
     if (col && sp()) {
-      op.fwd.push_back(comm_kernel(name + "_allgather", CollectiveKind::all_gather, CommGroup::tp, tokens_ * double(in) * act));
+      op.fwd.push_back(overlapped(comm_kernel(name + "_allgather", CollectiveKind::all_gather, CommGroup::tp, tokens_ * double(in) * act), +1, true));
       op.fwd_workspace_bytes = tokens_ * double(in) * act;
     }
     op.fwd.push_back(gemm_kernel(name, t, out, in, 1, r_.compute));
     if (row) {
-      op.fwd.push_back(comm_kernel(name + (sp() ? "_reducescatter" : "_allreduce"),
-                                   sp() ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce, CommGroup::tp,
-                                   tokens_ * double(out) * act));
+      op.fwd.push_back(overlapped(comm_kernel(name + (sp() ? "_reducescatter" : "_allreduce"),
+                                              sp() ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce, CommGroup::tp,
+                                              tokens_ * double(out) * act),
+                                  -1, true));
       if (sp()) op.fwd_workspace_bytes = tokens_ * double(out) * act;
       if (sp()) {
-        op.bwd.push_back(comm_kernel(name + "_grad_allgather", CollectiveKind::all_gather, CommGroup::tp, tokens_ * double(out) * act));
+        // (Its dgrad follows when the input needs a gradient; else nothing to hide it behind.)
+        op.bwd.push_back(overlapped(comm_kernel(name + "_grad_allgather", CollectiveKind::all_gather, CommGroup::tp, tokens_ * double(out) * act),
+                                    needs_grad(xc) ? +1 : 0, true));
         op.bwd_workspace_bytes = tokens_ * double(out) * act;
       }
     }
     if (col && sp()) {
-      op.bwd.push_back(comm_kernel(name + "_regather", CollectiveKind::all_gather, CommGroup::tp, tokens_ * double(in) * act));
+      op.bwd.push_back(overlapped(comm_kernel(name + "_regather", CollectiveKind::all_gather, CommGroup::tp, tokens_ * double(in) * act),
+                                  needs_grad(xc) ? +1 : 0, false));
       op.bwd_workspace_bytes = 2 * tokens_ * double(in) * act;
     }
     if (needs_grad(xc)) op.bwd.push_back(gemm_kernel(name + "_dgrad", t, in, out, 1, r_.compute));
     if (col && needs_grad(xc))
-      op.bwd.push_back(comm_kernel(name + (sp() ? "_grad_reducescatter" : "_grad_allreduce"),
-                                   sp() ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce, CommGroup::tp,
-                                   tokens_ * double(in) * act));
+      op.bwd.push_back(overlapped(comm_kernel(name + (sp() ? "_grad_reducescatter" : "_grad_allreduce"),
+                                              sp() ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce, CommGroup::tp,
+                                              tokens_ * double(in) * act),
+                                  frozen ? 0 : +1, false));
     if (!frozen) {
       op.weight_from = int(op.bwd.size());
       op.bwd.push_back(gemm_kernel(name + "_wgrad", out, in, t, 1, r_.compute));

@@ -20,6 +20,7 @@ struct StageSpec {
   bool head = true;
   std::int64_t tp = 1;
   bool sequence_parallel = false;
+  bool tp_comm_overlap = false;  // TE userbuffers: the linears' TP collectives overlap their GEMMs
   std::int64_t cp = 1;
   std::int64_t ep = 1;
   // FSDP with MixedPrecision(param_dtype = compute dtype), DeepSpeed ZeRO-3: each layer's weights

@@ -28,6 +28,7 @@ struct LinkParams {
 struct ParallelPlan {
   std::int64_t dp = 1, tp = 1, pp = 1, cp = 1, ep = 1;
   bool sequence_parallel = false;
+  bool tp_comm_overlap = false;  // Megatron --tp-comm-overlap / NeMo ub_tp_comm_overlap (needs SP)
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   std::int64_t virtual_stages = 1;
   int zero = 0;

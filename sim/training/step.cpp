@@ -1311,9 +1311,12 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   auto sync_task = [&](int rank, int track, Time dur, std::span<const TaskId> deps, const Kernel* k, CommGroup g,
                        CollectiveKind kind, double bytes, Time release = Time::zero()) {
     const std::uint8_t label = std::uint8_t(int(g) + 1);
+    // A collective overlapped with its GEMM (tp_comm_overlap) waits for its group and lasts what
+    // the GEMM leaves exposed, on either network: no flows.
+    const bool on_net = net && !(k && k->overlaps != 0);
     if (group_size(g) <= 1) return add_task(rank, track, dur, deps, k, release);
     if (plain_fold) {
-      if (net) launch_next = launch_folded(folded_batch(rank, g, kind, bytes));
+      if (on_net) launch_next = launch_folded(folded_batch(rank, g, kind, bytes));
       const TaskId id = add_task(rank, track, dur, deps, k, release);
       info[id].comm = label;
       return id;
@@ -1352,7 +1355,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     if (bar.last == kNoArrival) bar.first = arrival;
     else arrival_pool[bar.last].next = arrival;
     bar.last = arrival;
-    if (net) {
+    if (on_net) {
       if (!bar.flow) bar.flow = &barrier_flows.emplace_back(BarrierFlow{{}, 0, nullptr, net.get(), &ex});
       BarrierFlow& fl = *bar.flow;
       if (fl.expected == 0) {
@@ -1566,12 +1569,12 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // Whether a collective kernel joins the rank's run.
   auto joins = [&](int rank, const Kernel& k) {
     if (!joins_run(rank, k.group) && !lockstep(rank, k.group) && !(pacing && paced(rank, k.group))) return false;
-    if (!net || group_size(k.group) <= 1) return true;
+    if (!net || group_size(k.group) <= 1 || k.overlaps != 0) return true;
     return joined_batch(rank, k).ok;
   };
   // Its length (the rank's total it adds to: comm_total, below).
   auto collective_dt = [&](int rank, const Kernel& kernel) {
-    if (net && group_size(kernel.group) > 1 && joins(rank, kernel)) {
+    if (net && group_size(kernel.group) > 1 && kernel.overlaps == 0 && joins(rank, kernel)) {
       return joined_batch(rank, kernel).dt;
     }
     return Time::from_seconds(kernel.seconds >= 0 ? kernel.seconds
@@ -1615,6 +1618,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       st.head = vs == chunks_total - 1;
       st.tp = par.tp;
       st.sequence_parallel = par.sequence_parallel;
+      st.tp_comm_overlap = par.tp_comm_overlap;
       st.cp = par.cp;
       st.ep = par.ep;
       // Gathered weights arrive in the compute dtype (the gather below moves them so).
@@ -1634,10 +1638,26 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             for (std::size_t k = 0; k < op.bwd.size(); ++k) op.bwd[k].seconds = src.bwd[k].seconds;
             continue;
           }
-          for (auto* ks : {&op.fwd, &op.bwd})
+          for (auto* ks : {&op.fwd, &op.bwd}) {
             for (Kernel& k : *ks)
               k.seconds = k.kind != KernelKind::collective ? cm.time(k).seconds()
                                                            : collective_time(cfg, k.coll, k.group, k.bytes, vs % par.pp);
+            // A collective overlapped with its GEMM (tp_comm_overlap) costs what the GEMM leaves
+            // exposed: pipelined in tp chunks (ring exchange, pipelined reduce-scatter), the pair
+            // takes the longer of the two plus one chunk of the shorter (the first chunk's
+            // transfer or the last chunk's GEMM); in bulk, beside the GEMM, the longer of the
+            // two. (The GEMM's SMs lent to the communication kernels are not modelled.)
+            for (std::size_t x = 0; x < ks->size(); ++x) {
+              Kernel& k = (*ks)[x];
+              if (k.overlaps == 0) continue;
+              const auto j = std::ptrdiff_t(x) + k.overlaps;
+              SCALEOUT_CHECK(j >= 0 && std::size_t(j) < ks->size() && (*ks)[std::size_t(j)].kind == KernelKind::gemm,
+                             "an overlapped collective without its GEMM");
+              const double tg = (*ks)[std::size_t(j)].seconds, tc = k.seconds;
+              const double n = double(std::max<std::int64_t>(1, par.tp));
+              k.seconds = k.pipelined ? std::max(tc, tg) + std::min(tc, tg) / n - tg : std::max(0.0, tc - tg);
+            }
+          }
         }
       }
       Chunk ch;
@@ -1845,7 +1865,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             run.lead_floor = run.floor;
           }
           const bool in_run = merging && !synced;
-          if (coll && in_run && net && group_size(kernel.group) > 1) claim(rank, kernel, g, op_busy, op_floor, dt);
+          if (coll && in_run && net && group_size(kernel.group) > 1 && kernel.overlaps == 0) claim(rank, kernel, g, op_busy, op_floor, dt);
           if (first_launch && !it.allocs.empty()) {
             if (in_run)
               for (const MemOp& mo : it.allocs) run_op(g, op_busy, op_floor, mo, true);
@@ -2240,7 +2260,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             // whether it joins, a lock-step, is not to be asked again after the stretch).
             std::size_t ci = claims0;
             auto dt_of = [&](const Kernel& k) {
-              if (ci < claims.size() && k.kind == KernelKind::collective && net && group_size(k.group) > 1) return claims[ci++].dt;
+              if (ci < claims.size() && k.kind == KernelKind::collective && k.overlaps == 0 && net && group_size(k.group) > 1)
+                return claims[ci++].dt;
               return kernel_dt(r, k);
             };
             rec.first_dt = dt_of(item.kernels()[0]);

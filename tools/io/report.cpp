@@ -108,7 +108,7 @@ void write_text_report(std::ostream& os, const Scenario& s, const StepResult& r,
   os << ", profile " << s.profile.name << "\n";
   if (s.gpus() > 1) {
     const auto& p = s.parallelism;
-    os << "plan       dp " << p.dp << ", tp " << p.tp << (p.sequence_parallel ? " (+SP)" : "") << ", pp " << p.pp;
+    os << "plan       dp " << p.dp << ", tp " << p.tp << (p.sequence_parallel ? (p.tp_comm_overlap ? " (+SP, comm overlapped)" : " (+SP)") : "") << ", pp " << p.pp;
     if (p.pp > 1) os << " (" << p.pp_schedule << (p.virtual_stages > 1 ? ", " + std::to_string(p.virtual_stages) + " virtual" : "") << ")";
     if (p.cp > 1) os << ", cp " << p.cp;
     if (p.ep > 1) os << ", ep " << p.ep;

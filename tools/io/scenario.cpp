@@ -371,6 +371,7 @@ Parallelism parse_parallelism(JsonReader r) {
   p.cp = r.integer_or("cp", 1, 1, kMaxGpus);
   p.ep = r.integer_or("ep", 1, 1, kMaxGpus);
   p.sequence_parallel = r.boolean_or("sequence_parallel", false);
+  p.tp_comm_overlap = r.boolean_or("tp_comm_overlap", false);
   p.pp_schedule = r.choice_or("pp_schedule", {"1f1b", "gpipe", "interleaved", "zb-h1"}, "1f1b");
   p.virtual_stages = r.integer_or("virtual_stages", 1, 1, 1024);
   p.zero = r.integer_or("zero", 0, 0, 3);
@@ -566,6 +567,8 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
                                           ") to be a multiple of pp=" + std::to_string(p.pp));
   }
   if (p.sequence_parallel && p.tp == 1) r.fail("parallelism/sequence_parallel", "needs tp > 1");
+  if (p.tp_comm_overlap && !p.sequence_parallel)
+    r.fail("parallelism/tp_comm_overlap", "needs sequence_parallel (Transformer Engine's userbuffers overlap SP's all-gathers and reduce-scatters)");
   if (s.training.seq_len % (p.cp * (p.sequence_parallel ? p.tp : 1)) != 0)
     r.fail("training/seq_len", std::to_string(s.training.seq_len) + " is not divisible by cp" +
                                    std::string(p.sequence_parallel ? "*tp" : "") + "=" +

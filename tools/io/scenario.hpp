@@ -18,6 +18,7 @@ namespace scaleout {
 struct Parallelism {
   std::int64_t dp = 1, tp = 1, pp = 1, cp = 1, ep = 1;
   bool sequence_parallel = false;
+  bool tp_comm_overlap = false;
   std::string pp_schedule = "1f1b";
   std::int64_t virtual_stages = 1;
   std::int64_t zero = 0;

@@ -21,6 +21,7 @@ StepConfig step_config(const Scenario& s) {
   pp.cp = p.cp;
   pp.ep = p.ep;
   pp.sequence_parallel = p.sequence_parallel;
+  pp.tp_comm_overlap = p.tp_comm_overlap;
   pp.schedule = p.pp_schedule == "gpipe"         ? PipelineSchedule::gpipe
                 : p.pp_schedule == "interleaved" ? PipelineSchedule::interleaved
                 : p.pp_schedule == "zb-h1"       ? PipelineSchedule::zero_bubble
