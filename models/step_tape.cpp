@@ -16,8 +16,17 @@ class Builder {
         heads_(m.heads / st.tp),
         kv_heads_(m.kv_heads >= st.tp ? m.kv_heads / st.tp : 1),
         ffn_((m.ffn + st.tp - 1) / st.tp),
-        vocab_((m.vocab + st.tp - 1) / st.tp),
+        vocab_(padded_vocab(m.vocab, t.precision, st.tp) / st.tp),
         repeat_layers_(repeat_layers) {}
+
+  // Megatron (and NeMo) pad the vocabulary to a multiple of make_vocab_size_divisible_by (128) times
+  // the TP size (_vocab_size_with_padding), so every rank's slice of the embedding and the output
+  // layer is a whole number of 128-wide tiles: GPT-2's 50257 runs as 50304 on one GPU, 50688 over
+  // TP 4. Other recipes (PyTorch, Hugging Face) keep the tokenizer's size, split as evenly as it goes.
+  static std::int64_t padded_vocab(std::int64_t v, const PrecisionRecipe& r, std::int64_t tp) {
+    const std::int64_t multiple = r.fused_kernels ? 128 * tp : tp;
+    return (v + multiple - 1) / multiple * multiple;
+  }
 
   Tape run() {
     int x;
@@ -212,12 +221,14 @@ class Builder {
     const auto t = static_cast<std::int64_t>(col ? tokens_ : base_rows);
     const double act = dtype_bytes(c);
     // Transformer Engine's userbuffers (Megatron --tp-comm-overlap, NeMo ub_tp_comm_overlap) hide
-    // SP's collectives behind the linear's own GEMMs: forward, the all-gather runs as a ring
-    // exchange chunk by chunk with the column GEMM (ub_overlap_ag) and the row GEMM's output is
-    // reduce-scattered in pipelined chunks (ub_overlap_rs); backward, the row layer's gradient
-    // all-gather overlaps its dgrad the same way, and the column layer's input re-gather runs in
-    // bulk beside its dgrad GEMM (ub_bulk_dgrad), its dgrad's reduce-scatter beside its wgrad
-    // GEMM (ub_bulk_wgrad). `overlaps` points from the collective to that GEMM.
+    // SP's collectives behind the linear's own GEMMs, as Megatron-Core's TransformerConfig turns
+    // them on by default: forward, the all-gather runs chunk by chunk with the column GEMM
+    // (tp_comm_overlap_ag) and the row GEMM's output is reduce-scattered in pipelined chunks
+    // (tp_comm_overlap_rs); backward, the row layer's gradient all-gather overlaps its dgrad the
+    // same way (ub_overlap_ag), the column layer's input re-gather runs in bulk beside its dgrad
+    // GEMM (tp_comm_bulk_dgrad) and its dgrad's reduce-scatter beside its wgrad GEMM
+    // (tp_comm_bulk_wgrad; tp_comm_overlap_rs_dgrad is off by default). `overlaps` points from the
+    // collective to that GEMM.
     const bool ub = sp() && st_.tp_comm_overlap;
     auto overlapped = [ub](Kernel k, int offset, bool pipelined) {
       if (ub) {

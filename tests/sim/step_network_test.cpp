@@ -442,7 +442,7 @@ TEST_CASE("an extended step never reports fewer events than its longest window t
                              {"vocab", 1024}, {"tied_embeddings", false}, {"experts", 32}, {"top_k", 2}}},
                   {"cluster", {{"topology", {{"nodes", 4}, {"gpus_per_node", 8}, {"node", "nvswitch"}, {"nics_per_node", 8},
                                              {"network", "infiniband-ndr"}, {"fabric", "fat-tree"}, {"levels", 2}, {"switch_radix", 8}}},
-                               {"gpu", "h100-sxm"}}},
+                               {"gpu", "h100-sxm"}, {"profile", "datasheet"}}},  // (the kernel times it was found with)
                   {"training", {{"seq_len", 1024}, {"micro_batch", 1}, {"global_batch", 1280}, {"precision", "bf16-mixed"}}},
                   {"parallelism", {{"dp", 32}, {"ep", 8}, {"overlap_grad_reduce", false}}},
                   {"faults", {{"stragglers", {{{"gpu", 26}, {"slowdown", 1.2}}}}}},
