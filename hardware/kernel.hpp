@@ -60,7 +60,12 @@ struct Kernel {
   // before), 0 for none. Such a collective never goes to the network: its `seconds` is the part of
   // it the GEMM leaves exposed (see step.cpp), and it still waits for its group.
   std::int8_t overlaps = 0;
-  bool pipelined = false;  // split into chunks with the GEMM (ring exchange, pipelined RS); else bulk
+  // How (Transformer Engine's initialize_ub methods): ring_exchange, the GEMM in tp chunks as they
+  // arrive, the transfers on copy engines; pipeline, the GEMM in 4 chunks each reduce-scattered as
+  // it ends, on 16 SMs taken from the GEMM; bulk, the collective beside the whole GEMM, on 16 SMs
+  // taken from it.
+  enum class Overlap : std::uint8_t { ring_exchange, pipeline, bulk };
+  Overlap overlap = Overlap::ring_exchange;
 
   double flops() const {
     switch (kind) {

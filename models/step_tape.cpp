@@ -230,15 +230,16 @@ class Builder {
     // (tp_comm_bulk_wgrad; tp_comm_overlap_rs_dgrad is off by default). `overlaps` points from the
     // collective to that GEMM.
     const bool ub = sp() && st_.tp_comm_overlap;
-    auto overlapped = [ub](Kernel k, int offset, bool pipelined) {
+    using O = Kernel::Overlap;
+    auto overlapped = [ub](Kernel k, int offset, O how) {
       if (ub) {
         k.overlaps = std::int8_t(offset);
-        k.pipelined = pipelined;
+        k.overlap = how;
       }
       return k;
     };
     if (col && sp()) {
-      op.fwd.push_back(overlapped(comm_kernel(name + "_allgather", CollectiveKind::all_gather, CommGroup::tp, tokens_ * double(in) * act), +1, true));
+      op.fwd.push_back(overlapped(comm_kernel(name + "_allgather", CollectiveKind::all_gather, CommGroup::tp, tokens_ * double(in) * act), +1, O::ring_exchange));
       op.fwd_workspace_bytes = tokens_ * double(in) * act;
     }
     op.fwd.push_back(gemm_kernel(name, t, out, in, 1, r_.compute));
@@ -246,18 +247,18 @@ class Builder {
       op.fwd.push_back(overlapped(comm_kernel(name + (sp() ? "_reducescatter" : "_allreduce"),
                                               sp() ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce, CommGroup::tp,
                                               tokens_ * double(out) * act),
-                                  -1, true));
+                                  -1, O::pipeline));
       if (sp()) op.fwd_workspace_bytes = tokens_ * double(out) * act;
       if (sp()) {
         // (Its dgrad follows when the input needs a gradient; else nothing to hide it behind.)
         op.bwd.push_back(overlapped(comm_kernel(name + "_grad_allgather", CollectiveKind::all_gather, CommGroup::tp, tokens_ * double(out) * act),
-                                    needs_grad(xc) ? +1 : 0, true));
+                                    needs_grad(xc) ? +1 : 0, O::ring_exchange));
         op.bwd_workspace_bytes = tokens_ * double(out) * act;
       }
     }
     if (col && sp()) {
       op.bwd.push_back(overlapped(comm_kernel(name + "_regather", CollectiveKind::all_gather, CommGroup::tp, tokens_ * double(in) * act),
-                                  needs_grad(xc) ? +1 : 0, false));
+                                  needs_grad(xc) ? +1 : 0, O::bulk));
       op.bwd_workspace_bytes = 2 * tokens_ * double(in) * act;
     }
     if (needs_grad(xc)) op.bwd.push_back(gemm_kernel(name + "_dgrad", t, in, out, 1, r_.compute));
@@ -265,7 +266,7 @@ class Builder {
       op.bwd.push_back(overlapped(comm_kernel(name + (sp() ? "_grad_reducescatter" : "_grad_allreduce"),
                                               sp() ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce, CommGroup::tp,
                                               tokens_ * double(in) * act),
-                                  frozen ? 0 : +1, false));
+                                  frozen ? 0 : +1, O::bulk));
     if (!frozen) {
       op.weight_from = int(op.bwd.size());
       op.bwd.push_back(gemm_kernel(name + "_wgrad", out, in, t, 1, r_.compute));

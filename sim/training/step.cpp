@@ -1643,19 +1643,26 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
               k.seconds = k.kind != KernelKind::collective ? cm.time(k).seconds()
                                                            : collective_time(cfg, k.coll, k.group, k.bytes, vs % par.pp);
             // A collective overlapped with its GEMM (tp_comm_overlap) costs what the GEMM leaves
-            // exposed: pipelined in tp chunks (ring exchange, pipelined reduce-scatter), the pair
-            // takes the longer of the two plus one chunk of the shorter (the first chunk's
-            // transfer or the last chunk's GEMM); in bulk, beside the GEMM, the longer of the
-            // two. (The GEMM's SMs lent to the communication kernels are not modelled.)
+            // exposed, with Transformer Engine's default userbuffers settings (initialize_ub in
+            // transformer_engine/pytorch/module/base.py): chunked, the pair takes the longer of the
+            // two plus one chunk of the shorter (the first chunk's transfer or the last chunk's
+            // GEMM), tp chunks for a ring exchange, 4 for a pipelined reduce-scatter; in bulk, the
+            // longer of the two. The pipelined and bulk methods run their communication kernels on
+            // 16 SMs and launch the GEMM on the others (set_sm_margin): it takes sms / (sms - 16)
+            // as long (the ring exchange moves data with copy engines and takes none).
             for (std::size_t x = 0; x < ks->size(); ++x) {
               Kernel& k = (*ks)[x];
               if (k.overlaps == 0) continue;
               const auto j = std::ptrdiff_t(x) + k.overlaps;
               SCALEOUT_CHECK(j >= 0 && std::size_t(j) < ks->size() && (*ks)[std::size_t(j)].kind == KernelKind::gemm,
                              "an overlapped collective without its GEMM");
-              const double tg = (*ks)[std::size_t(j)].seconds, tc = k.seconds;
-              const double n = double(std::max<std::int64_t>(1, par.tp));
-              k.seconds = k.pipelined ? std::max(tc, tg) + std::min(tc, tg) / n - tg : std::max(0.0, tc - tg);
+              const double t0 = (*ks)[std::size_t(j)].seconds, tc = k.seconds;
+              constexpr double kCommSms = 16, kPipelineSplits = 4;
+              const double sms = double(cfg.gpu.sms);
+              const bool margin = k.overlap != Kernel::Overlap::ring_exchange && sms > 2 * kCommSms;
+              const double tg = margin ? t0 * sms / (sms - kCommSms) : t0;  // the GEMM beside it
+              const double n = k.overlap == Kernel::Overlap::pipeline ? kPipelineSplits : double(std::max<std::int64_t>(1, par.tp));
+              k.seconds = k.overlap == Kernel::Overlap::bulk ? std::max(tc, tg) - t0 : std::max(tc, tg) + std::min(tc, tg) / n - t0;
             }
           }
         }
