@@ -1566,15 +1566,18 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     Time launched;                             // the collective's launch
   };
   std::vector<PacedWait> paced_waits;
+  // Whether a collective kernel's length is its flows' on the network: not a group of one, nor one
+  // overlapped with its GEMM (tp_comm_overlap), which lasts what the GEMM leaves exposed.
+  auto flows_of = [&](const Kernel& k) { return net && group_size(k.group) > 1 && k.overlaps == 0; };
   // Whether a collective kernel joins the rank's run.
   auto joins = [&](int rank, const Kernel& k) {
     if (!joins_run(rank, k.group) && !lockstep(rank, k.group) && !(pacing && paced(rank, k.group))) return false;
-    if (!net || group_size(k.group) <= 1 || k.overlaps != 0) return true;
+    if (!flows_of(k)) return true;
     return joined_batch(rank, k).ok;
   };
   // Its length (the rank's total it adds to: comm_total, below).
   auto collective_dt = [&](int rank, const Kernel& kernel) {
-    if (net && group_size(kernel.group) > 1 && kernel.overlaps == 0 && joins(rank, kernel)) {
+    if (flows_of(kernel) && joins(rank, kernel)) {
       return joined_batch(rank, kernel).dt;
     }
     return Time::from_seconds(kernel.seconds >= 0 ? kernel.seconds
@@ -1650,6 +1653,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             // longer of the two. The pipelined and bulk methods run their communication kernels on
             // 16 SMs and launch the GEMM on the others (set_sm_margin): it takes sms / (sms - 16)
             // as long (the ring exchange moves data with copy engines and takes none).
+            constexpr double kCommSms = 16, kPipelineSplits = 4;
+            const double sms = double(cfg.gpu.sms);
             for (std::size_t x = 0; x < ks->size(); ++x) {
               Kernel& k = (*ks)[x];
               if (k.overlaps == 0) continue;
@@ -1657,8 +1662,6 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
               SCALEOUT_CHECK(j >= 0 && std::size_t(j) < ks->size() && (*ks)[std::size_t(j)].kind == KernelKind::gemm,
                              "an overlapped collective without its GEMM");
               const double t0 = (*ks)[std::size_t(j)].seconds, tc = k.seconds;
-              constexpr double kCommSms = 16, kPipelineSplits = 4;
-              const double sms = double(cfg.gpu.sms);
               const bool margin = k.overlap != Kernel::Overlap::ring_exchange && sms > 2 * kCommSms;
               const double tg = margin ? t0 * sms / (sms - kCommSms) : t0;  // the GEMM beside it
               const double n = k.overlap == Kernel::Overlap::pipeline ? kPipelineSplits : double(std::max<std::int64_t>(1, par.tp));
@@ -1872,7 +1875,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             run.lead_floor = run.floor;
           }
           const bool in_run = merging && !synced;
-          if (coll && in_run && net && group_size(kernel.group) > 1 && kernel.overlaps == 0) claim(rank, kernel, g, op_busy, op_floor, dt);
+          if (coll && in_run && flows_of(kernel)) claim(rank, kernel, g, op_busy, op_floor, dt);
           if (first_launch && !it.allocs.empty()) {
             if (in_run)
               for (const MemOp& mo : it.allocs) run_op(g, op_busy, op_floor, mo, true);
@@ -2267,8 +2270,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             // whether it joins, a lock-step, is not to be asked again after the stretch).
             std::size_t ci = claims0;
             auto dt_of = [&](const Kernel& k) {
-              if (ci < claims.size() && k.kind == KernelKind::collective && k.overlaps == 0 && net && group_size(k.group) > 1)
-                return claims[ci++].dt;
+              if (ci < claims.size() && k.kind == KernelKind::collective && flows_of(k)) return claims[ci++].dt;
               return kernel_dt(r, k);
             };
             rec.first_dt = dt_of(item.kernels()[0]);

@@ -4,9 +4,7 @@
 set -u
 bin=$1
 root=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+source "$(dirname "$0")/lib/expect.sh"
 n=0
 for f in "$root"/validation/h100/scenarios/*.json; do
   n=$((n + 1))
