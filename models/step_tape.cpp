@@ -164,9 +164,16 @@ class Builder {
     return false;
   }
 
-  int cast(int x, Dtype d) {
+  // `elems`: how much of x is cast (an expert's linear casts only the rows routed to it).
+  int cast(int x, Dtype d, double elems = 0) {
     if (dtype_[x] == d) return x;
-    return ew("to_" + std::string(to_string(d)), {x}, elems_[x], d);
+    if (elems <= 0 || elems >= elems_[x]) return ew("to_" + std::string(to_string(d)), {x}, elems_[x], d);
+    const int out = ew("to_" + std::string(to_string(d)), {x}, elems, d);
+    // It reads only that slice of x (and backward writes only its gradient).
+    const double read = elems * dtype_bytes(dtype_[x]);
+    for (Kernel& k : tape_.ops.back().fwd) k.bytes = bytes(out) + read;
+    for (Kernel& k : tape_.ops.back().bwd) k.bytes = bytes(out) + read;
+    return out;
   }
 
   enum class Par { none, column, row };
@@ -183,7 +190,9 @@ class Builder {
                                       trainable(name), layer_, split_);
     const Dtype c = r_.compute == Dtype::fp8 ? Dtype::bf16 : r_.compute;  // fp8: operands quantised in the GEMM
     const bool frozen = !tape_.params[param].trainable;
-    int xc = r_.autocast ? cast(x, c) : x;
+    // An expert's linear sees only its rows of the dispatched tokens (rows_override_), and
+    // autocast casts that slice, once per linear: not the whole buffer of every local expert.
+    int xc = r_.autocast ? cast(x, c, rows_override_ > 0 ? rows_override_ * double(in) : 0) : x;
     OpRec op;
     op.inputs = {xc};
     op.saved = {xc};

@@ -437,7 +437,8 @@ TEST_CASE("an extended step never reports fewer events than its longest window t
   // micro-batches taking 990, 896 and 834 events; extended linearly to 40 that count went below
   // zero and was reported as 2^64 minus a few thousand. (Since the experts' gradients are reduced
   // over their own groups that plan is simulated exactly; this one, found by a scan of its
-  // neighbours, takes 607, 661 and 616.)
+  // neighbours, takes 635, 596 and 582: rescanned when an expert's autocast cast shrank to its
+  // own rows.)
   const Json j = {{"model", {{"arch", "llama"}, {"layers", 4}, {"hidden", 1024}, {"heads", 8}, {"kv_heads", 8}, {"ffn", 4096},
                              {"vocab", 1024}, {"tied_embeddings", false}, {"experts", 32}, {"top_k", 2}}},
                   {"cluster", {{"topology", {{"nodes", 4}, {"gpus_per_node", 8}, {"node", "nvswitch"}, {"nics_per_node", 8},
@@ -445,7 +446,7 @@ TEST_CASE("an extended step never reports fewer events than its longest window t
                                {"gpu", "h100-sxm"}, {"profile", "datasheet"}}},  // (the kernel times it was found with)
                   {"training", {{"seq_len", 1024}, {"micro_batch", 1}, {"global_batch", 1280}, {"precision", "bf16-mixed"}}},
                   {"parallelism", {{"dp", 32}, {"ep", 8}, {"overlap_grad_reduce", false}}},
-                  {"faults", {{"stragglers", {{{"gpu", 26}, {"slowdown", 1.2}}}}}},
+                  {"faults", {{"stragglers", {{{"gpu", 0}, {"slowdown", 1.3}}}}}},
                   {"simulation", {{"network", "flow"}}}};
   const StepConfig c = step_config(parse_scenario(j, "test.json"));
   const StepResult r = simulate_step(c);
