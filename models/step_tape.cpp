@@ -24,7 +24,7 @@ class Builder {
   // layer is a whole number of 128-wide tiles: GPT-2's 50257 runs as 50304 on one GPU, 50688 over
   // TP 4. Other recipes (PyTorch, Hugging Face) keep the tokenizer's size, split as evenly as it goes.
   static std::int64_t padded_vocab(std::int64_t v, const PrecisionRecipe& r, std::int64_t tp) {
-    const std::int64_t multiple = r.fused_kernels ? 128 * tp : tp;
+    const std::int64_t multiple = r.megatron ? 128 * tp : tp;
     return (v + multiple - 1) / multiple * multiple;
   }
 
@@ -186,36 +186,37 @@ class Builder {
   // (or reduce-scatters) its input gradient; a row-parallel one all-reduces (or reduce-scatters)
   // its partial output. `in` and `out` are this rank's widths.
   int linear(const std::string& name, int x, std::int64_t in, std::int64_t out, bool bias, Par par = Par::none) {
-    const int param = tape_.add_param(double(in) * double(out) + (bias ? double(out) : 0.0),
-                                      trainable(name), layer_, split_);
+    // group_ > 1: the same linear for each of that many experts, run as one grouped GEMM.
+    const double nb = double(group_), wn = double(in) * double(out) * nb;
+    const int param = tape_.add_param(wn + (bias ? double(out) * nb : 0.0), trainable(name), layer_, split_);
     const Dtype c = r_.compute == Dtype::fp8 ? Dtype::bf16 : r_.compute;  // fp8: operands quantised in the GEMM
     const bool frozen = !tape_.params[param].trainable;
     // An expert's linear sees only its rows of the dispatched tokens (rows_override_), and
     // autocast casts that slice, once per linear: not the whole buffer of every local expert.
-    int xc = r_.autocast ? cast(x, c, rows_override_ > 0 ? rows_override_ * double(in) : 0) : x;
+    int xc = r_.autocast ? cast(x, c, rows_override_ > 0 ? rows_override_ * double(in) * nb : 0) : x;
     OpRec op;
     op.inputs = {xc};
     op.saved = {xc};
     if (frozen && t_.lora && t_.lora->nf4_base) {
       // QLoRA: the NF4 weight is dequantised to bf16 for each GEMM, forward and backward (dgrad).
       OpRec dq;
-      const int wd = tensor(double(in) * double(out), c, false);
+      const int wd = tensor(wn, c, false);
       dq.outputs = {wd};
-      dq.fwd.push_back(mem_kernel(name + ".dequant", double(in) * double(out) * (0.5 + 2.0), c));
+      dq.fwd.push_back(mem_kernel(name + ".dequant", wn * (0.5 + 2.0), c));
       push(std::move(dq));
       op.inputs.push_back(wd);
-      op.bwd.push_back(mem_kernel(name + ".dequant_bwd", double(in) * double(out) * (0.5 + 2.0), c));
+      op.bwd.push_back(mem_kernel(name + ".dequant_bwd", wn * (0.5 + 2.0), c));
     } else if (frozen) {
       // A frozen base stored in the compute dtype: autocast has nothing to cast.
     } else if (r_.autocast && !st_.weights_gathered_in_compute_dtype) {
       OpRec wc;
-      const int w = tensor(double(in) * double(out), c);
+      const int w = tensor(wn, c);
       tape_.tensors[w].hold_until_forward_end = true;
       wc.outputs = {w};
-      wc.fwd.push_back(mem_kernel(name + ".w_cast", double(in) * double(out) * (dtype_bytes(r_.param) + dtype_bytes(c)), c));
+      wc.fwd.push_back(mem_kernel(name + ".w_cast", wn * (dtype_bytes(r_.param) + dtype_bytes(c)), c));
       wc.param = param;
       wc.weight_from = 0;  // casting the weight's gradient back: part of the weight gradient
-      wc.bwd.push_back(mem_kernel(name + ".w_cast_bwd", double(in) * double(out) * (dtype_bytes(c) + 2 * dtype_bytes(r_.grad)), c));
+      wc.bwd.push_back(mem_kernel(name + ".w_cast_bwd", wn * (dtype_bytes(c) + 2 * dtype_bytes(r_.grad)), c));
       push(std::move(wc));
       op.inputs.push_back(w);
       op.saved.push_back(w);
@@ -225,7 +226,7 @@ class Builder {
     const bool col = par == Par::column && tp(), row = par == Par::row && tp();
     const double base_rows = rows_override_ > 0 ? rows_override_ : elems_[xc] / double(in);
     const double out_tokens = row && sp() ? sp_tokens_ : (col ? tokens_ : base_rows);
-    const int y = tensor(out_tokens * double(out), c);
+    const int y = tensor(out_tokens * double(out) * nb, c);
     op.outputs = {y};
     const auto t = static_cast<std::int64_t>(col ? tokens_ : base_rows);
     const double act = dtype_bytes(c);
@@ -251,7 +252,7 @@ class Builder {
       op.fwd.push_back(overlapped(comm_kernel(name + "_allgather", CollectiveKind::all_gather, CommGroup::tp, tokens_ * double(in) * act), +1, O::ring_exchange));
       op.fwd_workspace_bytes = tokens_ * double(in) * act;
     }
-    op.fwd.push_back(gemm_kernel(name, t, out, in, 1, r_.compute));
+    op.fwd.push_back(gemm_kernel(name, t, out, in, group_, r_.compute));
     if (row) {
       op.fwd.push_back(overlapped(comm_kernel(name + (sp() ? "_reducescatter" : "_allreduce"),
                                               sp() ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce, CommGroup::tp,
@@ -270,7 +271,7 @@ class Builder {
                                   needs_grad(xc) ? +1 : 0, O::bulk));
       op.bwd_workspace_bytes = 2 * tokens_ * double(in) * act;
     }
-    if (needs_grad(xc)) op.bwd.push_back(gemm_kernel(name + "_dgrad", t, in, out, 1, r_.compute));
+    if (needs_grad(xc)) op.bwd.push_back(gemm_kernel(name + "_dgrad", t, in, out, group_, r_.compute));
     if (col && needs_grad(xc))
       op.bwd.push_back(overlapped(comm_kernel(name + (sp() ? "_grad_reducescatter" : "_grad_allreduce"),
                                               sp() ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce, CommGroup::tp,
@@ -278,9 +279,9 @@ class Builder {
                                   frozen ? 0 : +1, O::bulk));
     if (!frozen) {
       op.weight_from = int(op.bwd.size());
-      op.bwd.push_back(gemm_kernel(name + "_wgrad", out, in, t, 1, r_.compute));
+      op.bwd.push_back(gemm_kernel(name + "_wgrad", out, in, t, group_, r_.compute));
       op.bwd.back().gemm.a_transposed = true;
-      if (bias) op.bwd.push_back(mem_kernel(name + "_bgrad", out_tokens * double(out) * act, c));
+      if (bias) op.bwd.push_back(mem_kernel(name + "_bgrad", out_tokens * double(out) * nb * act, c));
     }
     tape_.tensors[y].requires_grad = !frozen || needs_grad(xc);
     push(std::move(op));
@@ -555,6 +556,20 @@ class Builder {
   // dispatched tokens are all-gathered over the TP group and the experts' partial outputs
   // reduce-scattered back (backward: the reverse); without it every TP rank routes the whole
   // sequence, the partial outputs are all-reduced and so is the experts' input gradient.
+  // Rows of a token that cross the EP all-to-all: one per expert with the all-to-all dispatcher;
+  // with DeepEP one per rank holding any of its experts: under a learned (balanced) router the
+  // expected number of the ep ranks (of `local` experts each) that top_k experts drawn uniformly
+  // without repeats touch, ep (1 - C(E - local, k) / C(E, k)); under AutoModel's fake balanced
+  // gate, an aligned block of k consecutive experts, ceil(k / local) ranks.
+  double rows_per_token(std::int64_t local) const {
+    const std::int64_t k = m_.top_k, e = m_.experts, ep = std::max<std::int64_t>(1, st_.ep);
+    if (t_.moe_dispatcher == MoeDispatcher::alltoall || ep == 1) return double(k);
+    if (t_.moe_router == MoeRouter::fake_balanced) return double(std::min(ep, (k + local - 1) / local));
+    double none = 1.0;  // P(a given rank holds none of the token's experts)
+    for (std::int64_t i = 0; i < k; ++i) none *= e - local - i > 0 ? double(e - local - i) / double(e - i) : 0.0;
+    return double(ep) * (1.0 - none);
+  }
+
   int moe(int x2, int n2) {
     const std::int64_t h = m_.hidden, e = m_.experts, local = std::max<std::int64_t>(1, e / st_.ep);
     const std::int64_t f = ffn_;
@@ -565,9 +580,13 @@ class Builder {
     const int probs = ew("router_softmax", {logits}, elems_[logits], Dtype::fp32, {}, true);
     const double routed = elems_[n2] / double(h) * double(m_.top_k);
     int disp = ew("dispatch", {n2, probs}, routed * double(h), dtype_[n2]);
+    // Rows a token puts on the wire: one per expert (the all-to-all dispatcher), or one per
+    // destination rank (DeepEP).
+    const double wire = elems_[n2] / double(h) * rows_per_token(local);
     if (st_.ep > 1) {
-      tape_.ops.back().fwd.push_back(comm_kernel("moe_dispatch_alltoall", CollectiveKind::all_to_all, CommGroup::ep, bytes(disp)));
-      tape_.ops.back().bwd.push_back(comm_kernel("moe_dispatch_alltoall_bwd", CollectiveKind::all_to_all, CommGroup::ep, bytes(disp)));
+      const double b = wire * double(h) * dtype_bytes(dtype_[disp]);
+      tape_.ops.back().fwd.push_back(comm_kernel("moe_dispatch_alltoall", CollectiveKind::all_to_all, CommGroup::ep, b));
+      tape_.ops.back().bwd.push_back(comm_kernel("moe_dispatch_alltoall_bwd", CollectiveKind::all_to_all, CommGroup::ep, b));
     }
     double rows = routed;  // tokens (with repeats) this rank's local experts see
     if (sp()) {
@@ -580,8 +599,11 @@ class Builder {
     rows_override_ = rows / double(local) * t_.moe_capacity_factor;
     split_ = ParamSplit::expert;
     int acc = -1;
-    for (std::int64_t i = 0; i < local; ++i) {
-      const std::string p = "expert" + std::to_string(i) + ".";
+    // A grouped GEMM runs every local expert in one kernel per projection, into one buffer.
+    const std::int64_t n = t_.moe_grouped_gemm ? 1 : local;
+    group_ = t_.moe_grouped_gemm ? local : 1;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::string p = t_.moe_grouped_gemm ? std::string("experts.") : "expert" + std::to_string(i) + ".";
       const int g = linear(p + "gate", disp, h, f, false);
       const int u = linear(p + "up", disp, h, f, false);
       const int sg = ew(p + "silu", {g}, elems_[g], dtype_[g], {g});
@@ -589,6 +611,7 @@ class Builder {
       const int d = linear(p + "down", a, f, h, false);
       acc = acc < 0 ? d : ew(p + "gather", {acc, d}, elems_[d], dtype_[d]);
     }
+    group_ = 1;
     split_ = ParamSplit::tensor;
     rows_override_ = 0;
     if (sp()) {
@@ -599,8 +622,9 @@ class Builder {
     }
     const int comb = ew("combine", {acc, probs}, elems_[n2], dtype_[acc], {probs});
     if (st_.ep > 1) {
-      tape_.ops.back().fwd.push_back(comm_kernel("moe_combine_alltoall", CollectiveKind::all_to_all, CommGroup::ep, routed * double(h) * dtype_bytes(dtype_[acc])));
-      tape_.ops.back().bwd.push_back(comm_kernel("moe_combine_alltoall_bwd", CollectiveKind::all_to_all, CommGroup::ep, routed * double(h) * dtype_bytes(dtype_[acc])));
+      const double b = wire * double(h) * dtype_bytes(dtype_[acc]);
+      tape_.ops.back().fwd.push_back(comm_kernel("moe_combine_alltoall", CollectiveKind::all_to_all, CommGroup::ep, b));
+      tape_.ops.back().bwd.push_back(comm_kernel("moe_combine_alltoall_bwd", CollectiveKind::all_to_all, CommGroup::ep, b));
     }
     return ew("residual2", {x2, comb}, elems_[x2], dtype_[x2]);
   }
@@ -742,6 +766,7 @@ class Builder {
   double sp_tokens_;  // tokens in the sequence-parallel regions (tokens_ / tp with SP)
   std::int64_t heads_, kv_heads_, ffn_, vocab_;  // this rank's share under tensor parallelism
   double rows_override_ = 0;  // tokens an expert's linears see (MoE)
+  std::int64_t group_ = 1;    // experts a linear stands for (a grouped GEMM)
   ParamSplit split_ = ParamSplit::tensor;  // how the next linear's weight is split (MoE: router, experts)
   Tape tape_;
   std::vector<Dtype> dtype_;

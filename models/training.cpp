@@ -27,6 +27,7 @@ std::optional<PrecisionRecipe> precision_recipe(const std::string& name) {
     r.master_copy = true;
     if (name == "nemo-bf16") r.master_bytes = 2.0;
     r.fused_kernels = true;
+    r.megatron = true;
   } else {
     return std::nullopt;
   }

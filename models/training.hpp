@@ -12,6 +12,16 @@ enum class Recompute : std::uint8_t { none, selective, full };
 enum class AttentionImpl : std::uint8_t { flash, naive };
 enum class Optimizer : std::uint8_t { adamw, sgd, adafactor, adamw_8bit };
 enum class OptimizerImpl : std::uint8_t { foreach_, fused };
+// How MoE tokens reach their experts' ranks. alltoall: Megatron-Core's all-to-all dispatcher,
+// which permutes the tokens by expert first and sends one row per (token, expert); deepep:
+// DeepEP's dispatch (Megatron's flex dispatcher, NeMo AutoModel), one row per (token, destination
+// rank), expanded to the rank's experts on arrival, and its combine sums a rank's experts for a
+// token before sending one row back.
+enum class MoeDispatcher : std::uint8_t { alltoall, deepep };
+// Which experts a token goes to. learned: a trained router, balanced (each token's top_k experts
+// spread as a uniform random choice); fake_balanced: NeMo AutoModel's benchmark gate, round robin
+// over aligned blocks of top_k consecutive experts (a token's experts share as few ranks as can be).
+enum class MoeRouter : std::uint8_t { learned, fake_balanced };
 
 // A precision recipe: where each tensor lives and in what format (DESIGN.md "precision").
 struct PrecisionRecipe {
@@ -28,6 +38,9 @@ struct PrecisionRecipe {
   // Adam: store_param_remainders).
   double master_bytes = 4.0;
   bool fused_kernels = false;      // Megatron-style fused norm, bias-GELU, softmax, cross-entropy
+  // Megatron-LM / NeMo as the framework: the vocabulary padded to 128 x TP, a fused Adam,
+  // reentrant activation checkpointing (each region's backward frees its recomputed tensors).
+  bool megatron = false;
 };
 
 std::optional<PrecisionRecipe> precision_recipe(const std::string& name);
@@ -51,6 +64,12 @@ struct TrainingSpec {
   // MoE: tokens an expert processes, as a multiple of its even share (padding to capacity in
   // GShard/Switch-style routers; 1.0 for dropless routing).
   double moe_capacity_factor = 1.0;
+  MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;
+  MoeRouter moe_router = MoeRouter::learned;
+  // The experts' GEMMs as one grouped GEMM per projection (Megatron's --moe-grouped-gemm,
+  // TEGroupedMLP; AutoModel's grouped_gemm / TE GroupedLinear): one kernel over the rank's
+  // experts writing one output buffer, instead of a GEMM per expert and a copy of its output.
+  bool moe_grouped_gemm = false;
   std::optional<LoraSpec> lora;
 };
 

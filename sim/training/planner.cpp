@@ -289,7 +289,7 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch, std:
     // torch.utils.checkpoint (non-reentrant) keeps what the replay recomputed in its frame until
     // the whole region's backward is done; other saved tensors go as their node finishes, and so
     // do recomputed ones under Megatron's reentrant checkpoint (an inner backward per region).
-    const bool defer = op.region >= 0 && !tr_.precision.fused_kernels;
+    const bool defer = op.region >= 0 && !tr_.precision.megatron;
     if (!defer) {
       for (int t : op.saved) {
         --st.saved[t];
@@ -351,7 +351,7 @@ std::vector<PlanItem> ChunkPlanner::optimizer() const {
   const double g = dtype_bytes(r.grad), s = dtype_bytes(r.state);
   std::vector<double> passes;  // bytes per parameter of each pass
   double temp = 0;             // bytes per parameter of a temporary the passes need
-  const bool fused = tr_.optimizer_impl == OptimizerImpl::fused || r.fused_kernels;
+  const bool fused = tr_.optimizer_impl == OptimizerImpl::fused || r.megatron;
   switch (tr_.optimizer) {
     case Optimizer::adamw:
       if (fused) {

@@ -216,3 +216,80 @@ TEST_CASE("under autocast an expert's linear casts only the tokens routed to it"
   CHECK(cast_bytes == Approx(per_expert * double(s.model.hidden) * (4.0 + 2.0)));
   CHECK(cast_bytes < whole / 2);
 }
+
+TEST_CASE("DeepEP sends a token once per destination rank; the all-to-all dispatcher once per expert", "[models][moe]") {
+  // 128 experts over EP 8 (16 a rank), top 8, as Qwen3-30B-A3B.
+  Json j = moe_scenario(1, 8, 1, 8);
+  j["model"] = {{"arch", "llama"}, {"layers", 2}, {"hidden", 1024}, {"heads", 8}, {"ffn", 768}, {"vocab", 1024},
+                {"tied_embeddings", false}, {"experts", 128}, {"top_k", 8}};
+  StageSpec st;
+  st.ep = 8;
+  const double tokens = 2048, h = 1024, act = 4;  // bf16-mixed: the dispatched tokens are fp32 under autocast
+  auto wire = [&](const std::string& dispatcher, const std::string& router) {
+    Json k = j;
+    k["training"]["moe_dispatcher"] = dispatcher;
+    k["training"]["moe_router"] = router;
+    const Scenario s = parse_scenario(k, "moe.json");
+    return tally(build_step_tape(s.model, s.training, st)).alltoall_bytes / (tokens * h * act);
+  };
+  CHECK(wire("alltoall", "learned") == Approx(8));
+  CHECK(wire("alltoall", "fake_balanced") == Approx(8));
+  // 1 - C(112, 8) / C(128, 8) of the 8 ranks: 5.34 on average.
+  double none = 1;
+  for (int i = 0; i < 8; ++i) none *= double(112 - i) / double(128 - i);
+  CHECK(wire("deepep", "learned") == Approx(8 * (1 - none)));
+  CHECK(wire("deepep", "learned") == Approx(5.34).margin(0.01));
+  // AutoModel's benchmark gate: a token's 8 experts are one aligned block, on one rank.
+  CHECK(wire("deepep", "fake_balanced") == Approx(1));
+  j["training"]["moe_dispatcher"] = "flex";
+  CHECK_THROWS_WITH(parse_scenario(j, "moe.json"), Catch::Contains("moe_dispatcher") && Catch::Contains("deepep"));
+}
+
+TEST_CASE("grouped expert GEMMs do the per-expert GEMMs' work in one kernel per projection", "[models][moe]") {
+  Json j = moe_scenario(1, 2, 1, 2);
+  StageSpec st;
+  st.ep = 2;
+  const Scenario loop = parse_scenario(j, "moe.json");
+  j["training"]["moe_grouped_gemm"] = true;
+  const Scenario grouped = parse_scenario(j, "moe.json");
+  const Tape a = build_step_tape(loop.model, loop.training, st), b = build_step_tape(grouped.model, grouped.training, st);
+  const ExpertTally x = tally(a), y = tally(b);
+  CHECK(y.params == Approx(x.params));
+  CHECK(y.gemm_flops == Approx(x.gemm_flops));
+  auto count = [](const Tape& t, const std::string& prefix, bool gemm) {
+    int n = 0;
+    for (const OpRec& op : t.ops)
+      for (const Kernel& k : op.fwd)
+        if (k.name.rfind(prefix, 0) == 0 && (k.kind == KernelKind::gemm) == gemm) ++n;
+    return n;
+  };
+  const int local = int(loop.model.experts / 2), layers = int(loop.model.layers);
+  CHECK(count(a, "expert", true) == 3 * local * layers);
+  CHECK(count(b, "experts.", true) == 3 * layers);
+  // No copy of each expert's output into the combined buffer: the grouped GEMM writes it there.
+  CHECK(count(a, "expert1.gather", false) == layers);
+  CHECK(count(b, "experts.gather", false) == 0);
+  // Whatever the kernels, the same weights are held.
+  CHECK(a.params.size() > b.params.size());
+}
+
+TEST_CASE("training.kernels overrides the recipe's kernel style", "[models][io]") {
+  Json j = moe_scenario(1, 2, 1, 2);
+  StageSpec st;
+  st.ep = 2;
+  auto ropes = [&](const Json& k) {
+    const Scenario s = parse_scenario(k, "moe.json");
+    int fused = 0;
+    for (const OpRec& op : build_step_tape(s.model, s.training, st).ops)
+      for (const Kernel& kern : op.fwd) fused += kern.name == "q.rope" ? 1 : 0;
+    return fused;
+  };
+  CHECK(ropes(j) == 0);  // bf16-mixed: PyTorch's eager rotate_half
+  j["training"]["kernels"] = "fused";
+  CHECK(ropes(j) == int(j["model"]["layers"].get<int>()));
+  j["training"]["precision"] = "megatron-bf16";
+  j["training"]["kernels"] = "eager";
+  CHECK(ropes(j) == 0);
+  j["training"]["kernels"] = "triton";
+  CHECK_THROWS_WITH(parse_scenario(j, "moe.json"), Catch::Contains("kernels"));
+}

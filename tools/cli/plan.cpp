@@ -73,7 +73,7 @@ std::vector<Scenario> enumerate(const Scenario& base, std::int64_t gpus) {
   std::vector<Scenario> out;
   const std::int64_t gpn = std::min<std::int64_t>(gpus, node_size(base));
   const std::int64_t nodes = (gpus + gpn - 1) / gpn;
-  const bool megatron = base.training.precision.fused_kernels;
+  const bool megatron = base.training.precision.megatron;
   const TransformerSpec& m = base.model;
   const std::int64_t seq = base.training.seq_len;
   // Context parallelism splits the sequence in 2*cp chunks (load-balanced causal ring); worth it

@@ -345,6 +345,15 @@ TrainingSpec parse_training(JsonReader r) {
                                                                                  : AttentionImpl::naive;
   t.dropout = r.number_or("dropout", 0.0, 0.0, 0.99);
   t.moe_capacity_factor = r.number_or("moe_capacity_factor", 1.0, 1.0, 64.0);
+  t.moe_dispatcher = r.choice_or("moe_dispatcher", {"alltoall", "deepep"}, "alltoall") == "deepep" ? MoeDispatcher::deepep
+                                                                                               : MoeDispatcher::alltoall;
+  t.moe_router = r.choice_or("moe_router", {"learned", "fake_balanced"}, "learned") == "fake_balanced" ? MoeRouter::fake_balanced
+                                                                                                     : MoeRouter::learned;
+  t.moe_grouped_gemm = r.boolean_or("moe_grouped_gemm", false);
+  // Fused norm, RoPE, SwiGLU, softmax and cross-entropy kernels (Megatron, Transformer Engine,
+  // Liger) or PyTorch's eager ones: the recipe's unless given.
+  if (r.has("kernels")) t.precision.fused_kernels = r.choice("kernels", {"eager", "fused"}) == "fused";
+  else r.ignore("kernels");
   if (r.has("lora")) {
     JsonReader l = r.object("lora");
     LoraSpec lora;

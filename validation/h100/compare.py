@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Published H100 training runs (NVIDIA's DGX Cloud benchmarks, NeMo 24.09) beside scaleout's
+"""Published H100 training runs (NVIDIA's DGX Cloud benchmarks with NeMo 24.09, NeMo AutoModel's
+MoE benchmark) beside scaleout's
 prediction of the same step: one markdown table on stdout.
 
     python3 validation/h100/compare.py [path/to/scaleout] [--network analytic|flow] > validation/h100/REPORT.md
@@ -21,7 +22,7 @@ if '--network' in sys.argv:
     binary = args[0] if args else os.path.join(here, '..', '..', 'build', 'scaleout')
 
 rows = json.load(open(os.path.join(here, 'published.json')))
-print('| run | GPUs | dp/tp/pp/cp/v | published step | predicted | error | exposed comm (tp, cp, dp) | bubble | peak memory | fits |')
+print('| run | GPUs | dp/tp/pp/cp/v | published step | predicted | error | exposed comm (tp, cp, dp, ep) | bubble | peak memory | fits |')
 print('|---|---:|---|---:|---:|---:|---|---:|---:|---|')
 errs = []
 not_fitting = []
@@ -40,9 +41,9 @@ for row in rows:
         not_fitting.append(row['id'])
     ex = r['exposed_comm_s']
     tb = r['time_breakdown_s']
-    print('| %s | %d | %d/%d/%d/%d/%d | %.2f s | %.2f s | %+.1f%% | %.2f s (%.2f, %.2f, %.2f) | %.2f s | %.1f GB of %.1f | %s |' % (
+    print('| %s | %d | %d/%d/%d/%d/%d | %.2f s | %.2f s | %+.1f%% | %.2f s (%.2f, %.2f, %.2f, %.2f) | %.2f s | %.1f GB of %.1f | %s |' % (
         row['id'], row['gpus'], row['dp'], row['tp'], row['pp'], row['cp'], row['vp'], pub, pred, 100 * err,
-        tb['exposed_comm'], ex.get('tp', 0), ex.get('cp', 0), ex.get('dp', 0), tb.get('pipeline_bubble', 0),
+        tb['exposed_comm'], ex.get('tp', 0), ex.get('cp', 0), ex.get('dp', 0), ex.get('ep', 0), tb.get('pipeline_bubble', 0),
         r['memory']['required_bytes'] / 1e9, r['memory']['capacity_bytes'] / 1e9, 'yes' if r['fits'] else 'NO'))
 errs.sort()
 if errs:
