@@ -25,7 +25,11 @@ namespace {
 // GPT-3 175B on 1,024 GPUs 0.14 -> 0.10 s through the CLI; 10-20 MB more resident). The heap
 // also grows 64 MiB at a time (top_pad; address space, not memory, until touched): grown by the
 // default 128 KiB, huge pages rarely covered it and the break moved thousands of times (a
-// Llama-3-70B plan on 64 GPUs 42 -> 35 ms, best of 7; resident memory the same).
+// Llama-3-70B plan on 64 GPUs 42 -> 35 ms, best of 7; resident memory the same). Blocks over
+// 32 MiB (the most mmap_threshold takes) were still mapped afresh and unmapped on free, so a
+// windowed step's later windows faulted and zeroed their task arrays again: mmap_max=0 serves
+// them from the heap too (a slow-NIC Mixtral plan of six rounds and windows: 2,493 -> 458 page
+// faults; perf had put a third of its cycles in the kernel zeroing pages).
 // SCALEOUT_NO_HUGEPAGES=1 turns it all off; processes that MPI launched are left alone.
 #if defined(__linux__) && defined(__GLIBC__)
 // Whether /proc/self/exe is the file this code runs from (not valgrind's tool, not the dynamic
@@ -71,7 +75,7 @@ void restart_with_huge_pages(char** argv) {
   const std::string old = tunables ? tunables : "";
   const std::string value = (old.empty() ? std::string() : old + ":") +
                             "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824:"
-                            "glibc.malloc.top_pad=67108864";
+                            "glibc.malloc.top_pad=67108864:glibc.malloc.mmap_max=0";
   // The marker ends any loop: a second start never tries again, whatever became of the tunable.
   if (setenv("SCALEOUT_RESTARTED", "1", 1) != 0 || setenv("GLIBC_TUNABLES", value.c_str(), 1) != 0) return;
   execv("/proc/self/exe", argv);
