@@ -50,6 +50,21 @@ d = json.load(open(sys.argv[1]))
 assert any(p["ep"] > 1 for p in d["plans"]), "no expert-parallel plan"
 assert any(p["cp"] > 1 for p in d["plans"]), "no context-parallel plan"
 PY
+# Megatron recipes with SP: Transformer Engine's TP overlap is searched both ways, its plans
+# labelled and reported, each beside the same plan without it.
+"$bin" plan "$tmp/moe.json" --format json --top 100000 >"$tmp/ub_plans.json"
+python3 - "$tmp/ub_plans.json" <<'PY' || fail=1
+import json, sys
+d = json.load(open(sys.argv[1]))
+ub = [p for p in d["plans"] if p["tp_comm_overlap"]]
+assert ub, "no plan with tp_comm_overlap"
+key = lambda p: tuple(p[k] for k in ("dp", "tp", "pp", "cp", "ep", "pp_schedule", "virtual_stages", "zero", "micro_batch", "recompute"))
+plain = {key(p) for p in d["plans"] if not p["tp_comm_overlap"]}
+for p in ub:
+    assert p["sequence_parallel"] and "+overlap" in p["plan"], p
+    assert key(p) in plain, p
+assert not any(p["tp_comm_overlap"] for p in d["plans"] if p["tp"] == 1)
+PY
 # advise: the decision framework, each step with numbers.
 expect 0 "1. Does it fit on one a100-80g" -- "$bin" advise "$tmp/s.json" --tokens 1e9 --max-gpus 4
 expect 0 "first to meet the deadline" -- "$bin" advise "$tmp/s.json" --tokens 1e10 --deadline "10 h" --price 2 --max-gpus 4

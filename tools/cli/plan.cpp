@@ -41,7 +41,8 @@ struct Candidate {
 
 std::string label_of(const Scenario& s) {
   const auto& p = s.parallelism;
-  std::string l = "dp" + std::to_string(p.dp) + " tp" + std::to_string(p.tp) + (p.sequence_parallel ? "+sp" : "") + " pp" +
+  std::string l = "dp" + std::to_string(p.dp) + " tp" + std::to_string(p.tp) + (p.sequence_parallel ? "+sp" : "") +
+                  (p.tp_comm_overlap ? "+overlap" : "") + " pp" +
                   std::to_string(p.pp);
   if (p.cp > 1) l += " cp" + std::to_string(p.cp);
   if (p.ep > 1) l += " ep" + std::to_string(p.ep);
@@ -97,6 +98,10 @@ std::vector<Scenario> enumerate(const Scenario& base, std::int64_t gpus) {
                 for (int v : {1, 2, 3}) {  // 1F1B, interleaved with two chunks, ZB-H1
                   if (v == 2 && (pp == 1 || mbs % pp || m.layers < pp * 2)) continue;
                   if (v == 3 && (pp == 1 || shard == 3)) continue;
+                  const bool sp = tp > 1 && megatron && seq % (tp * cp) == 0;
+                  // Under Megatron with SP, Transformer Engine's userbuffers overlap (a switch a
+                  // run sets, --tp-comm-overlap): tried both ways, as it takes SMs from the GEMMs.
+                  for (int overlap = 0; overlap <= (sp ? 1 : 0); ++overlap) {
                   Scenario s = base;
                   s.nodes = nodes;
                   s.gpus_per_node = gpn;
@@ -106,7 +111,8 @@ std::vector<Scenario> enumerate(const Scenario& base, std::int64_t gpus) {
                   p.pp = pp;
                   p.cp = cp;
                   p.ep = ep;
-                  p.sequence_parallel = tp > 1 && megatron && seq % (tp * cp) == 0;
+                  p.sequence_parallel = sp;
+                  p.tp_comm_overlap = overlap == 1;
                   p.pp_schedule = v == 2 ? "interleaved" : v == 3 ? "zb-h1" : "1f1b";
                   p.virtual_stages = v == 2 ? 2 : 1;
                   if (shard > 0) {
@@ -119,6 +125,7 @@ std::vector<Scenario> enumerate(const Scenario& base, std::int64_t gpus) {
                   s.training.recompute = rc;
                   std::erase_if(s.faults.stragglers, [&](const Straggler& st) { return st.rank >= gpus; });
                   out.push_back(std::move(s));
+                  }
                 }
               }
             }
@@ -233,6 +240,7 @@ Json plan_json(const Candidate& c, int rank) {
             {"cp", p.cp},
             {"ep", p.ep},
             {"sequence_parallel", p.sequence_parallel},
+            {"tp_comm_overlap", p.tp_comm_overlap},
             {"pp_schedule", p.pp_schedule},
             {"virtual_stages", p.virtual_stages},
             {"zero", p.zero},
@@ -299,14 +307,14 @@ void plan_command(const PlanOptions& o) {
       std::printf("no plan fits %lld GPUs: more GPUs, ZeRO-3/FSDP, recompute, or a smaller micro-batch\n", (long long)budget);
     return;
   }
-  std::printf("%-4s %5s %-58s %10s %7s %8s %8s %8s", "rank", "GPUs", "plan", "tokens/s", "MFU", "step", "peak GB", "exposed");
+  std::printf("%-4s %5s %-66s %10s %7s %8s %8s %8s", "rank", "GPUs", "plan", "tokens/s", "MFU", "step", "peak GB", "exposed");
   if (o.tokens > 0) std::printf(" %11s", "time");
   if (o.tokens > 0 && o.price > 0) std::printf(" %10s", "cost");
   std::printf("\n");
   for (int i = 0; i < std::min<int>(o.top, int(sr.ranked.size())); ++i) {
     const Candidate& c = *sr.ranked[i];
     const StepResult& r = c.r;
-    std::printf("%-4d %5lld %-58s %10.0f %6.1f%% %7.2fs %8.1f %7.2fs", i + 1, (long long)c.s.gpus(), c.label.c_str(), r.tokens_per_s,
+    std::printf("%-4d %5lld %-66s %10.0f %6.1f%% %7.2fs %8.1f %7.2fs", i + 1, (long long)c.s.gpus(), c.label.c_str(), r.tokens_per_s,
                 100 * r.mfu, r.step_time_s, r.peak_bytes / 1e9, r.exposed_comm_s + r.pipeline_bubble_s);
     if (c.train_s > 0) std::printf(" %11s", duration(c.train_s).c_str());
     if (c.cost > 0) std::printf(" %9.0f$", c.cost);
@@ -423,7 +431,7 @@ void advise_command(const AdviseOptions& o) {
   std::printf("\n3. Cluster plans for the recipe as given (best plan per GPU count, searched over DP/TP/PP%s, ZeRO/FSDP,"
               " micro-batch, recompute)\n",
               m.experts > 1 ? "/EP" : base.training.seq_len >= 8192 ? "/CP" : "");
-  std::printf("   %5s %-58s %10s %9s %11s", "GPUs", "best plan", "tokens/s", "scaling", "time");
+  std::printf("   %5s %-66s %10s %9s %11s", "GPUs", "best plan", "tokens/s", "scaling", "time");
   if (o.price > 0) std::printf(" %10s", "cost");
   std::printf("\n");
   const Candidate* meets = nullptr;
@@ -432,13 +440,13 @@ void advise_command(const AdviseOptions& o) {
   for (std::int64_t g = 1; g <= o.max_gpus; g *= 2) {
     const SearchResult sr = search(base, {g}, Objective::throughput, o.tokens, o.price, 0, o.jobs);
     if (sr.ranked.empty()) {
-      std::printf("   %5lld %-58s\n", (long long)g, "nothing fits");
+      std::printf("   %5lld %-66s\n", (long long)g, "nothing fits");
       continue;
     }
     keep.push_back(*sr.ranked.front());
     const Candidate& c = keep.back();
     const double scaling = given1.fits && given1.tokens_per_s > 0 ? c.r.tokens_per_s / given1.tokens_per_s / double(g) : 0;
-    std::printf("   %5lld %-58s %10.0f %8s %11s", (long long)g, c.label.c_str(), c.r.tokens_per_s,
+    std::printf("   %5lld %-66s %10.0f %8s %11s", (long long)g, c.label.c_str(), c.r.tokens_per_s,
                 scaling > 0 ? (std::to_string(int(std::lround(100 * scaling))) + "%").c_str() : "-", duration(c.train_s).c_str());
     if (o.price > 0) std::printf(" %9.0f$", c.cost);
     std::printf("%s\n", deadline > 0 && c.train_s <= deadline && !meets ? "  <- first to meet the deadline" : "");
