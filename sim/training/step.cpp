@@ -1692,11 +1692,21 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   {
     // Room for the tasks up front (a compute task per kernel of every pass, plus transfers):
     // growing these arrays task by task copied them over and over.
-    std::size_t kernels = 0;
+    std::size_t kernels = 0, collectives = 0;
     for (const RankState& rs : ranks)
       for (const Chunk& ch : rs.chunks)
-        for (const OpRec& op : ch.tape->ops) kernels += op.fwd.size() + op.bwd.size() + (op.region >= 0 ? op.fwd.size() : 0);
+        for (const OpRec& op : ch.tape->ops) {
+          kernels += op.fwd.size() + op.bwd.size() + (op.region >= 0 ? op.fwd.size() : 0);
+          if (!net) continue;
+          std::size_t c = 0;
+          for (const Kernel& k : op.fwd) c += k.kind == KernelKind::collective ? 1 : 0;
+          collectives += c * (op.region >= 0 ? 2 : 1);
+          for (const Kernel& k : op.bwd) collectives += k.kind == KernelKind::collective ? 1 : 0;
+        }
     const std::size_t tasks = kernels * std::size_t(m) + std::size_t(nranks) * 64;
+    // At most a claim per collective kernel: room up front (address space until touched), as
+    // growing the list by doubling copied it over and over into fresh pages.
+    if (net) claims.reserve(std::max(claims.capacity(), collectives * std::size_t(m)));
     ex.reserve(tasks);
     info.reserve(tasks);
     deps_of.reserve(tasks, tasks + tasks / 2);
