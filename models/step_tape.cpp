@@ -16,6 +16,7 @@ class Builder {
         heads_(m.heads / st.tp),
         kv_heads_(m.kv_heads >= st.tp ? m.kv_heads / st.tp : 1),
         ffn_((m.ffn + st.tp - 1) / st.tp),
+        moe_ffn_((m.expert_ffn() + st.tp - 1) / st.tp),
         vocab_(padded_vocab(m.vocab, t.precision, st.tp) / st.tp),
         repeat_layers_(repeat_layers) {}
 
@@ -53,7 +54,9 @@ class Builder {
       // Every block is the same function of its input's shape and dtype: the second's ops (the
       // first's input comes from the embedding, which may differ) are those of every later block
       // whose input matches, with the tensors, parameters and regions numbered on.
-      if (repeat_layers_ && l == st_.first_layer + 1 && learn_repeat(before, in, x)) {
+      // (Past a model's dense first layers: the template must be a block like the ones after it.)
+      if (repeat_layers_ && l == std::max(st_.first_layer + 1, m_.experts > 1 ? m_.dense_layers : 0) &&
+          learn_repeat(before, in, x)) {
         // Room for the blocks to come (and the head's few ops).
         const auto more = std::size_t(last - l - 1);
         tape_.tensors.reserve(tape_.tensors.size() + more * (repeat_.to.tensors - repeat_.from.tensors) + 16);
@@ -311,9 +314,11 @@ class Builder {
     return ew(name + ".lora_add", {y, b}, elems_[y], dtype_[y]);
   }
 
-  int norm(const std::string& name, int x) {
+  // `width`: the normalised dimension (0: hidden; MLA's latents are narrower).
+  int norm(const std::string& name, int x, std::int64_t width = 0) {
+    const double w = double(width > 0 ? width : m_.hidden);
     const double elems = elems_[x];
-    const double rows = elems / double(m_.hidden);
+    const double rows = elems / w;
     if (r_.fused_kernels || m_.arch == Arch::gpt) {
       // One fused kernel (F.layer_norm, or Apex/TE fused RMSNorm): saves its input and the
       // per-row statistics; under autocast it runs in fp32.
@@ -325,7 +330,7 @@ class Builder {
       op.inputs = {xin};
       op.outputs = {y, stats};
       op.saved = {xin, stats};
-      op.param = tape_.add_param(double(m_.hidden) * (m_.arch == Arch::gpt ? 2 : 1), !t_.lora, layer_, ParamSplit::replicated);
+      op.param = tape_.add_param(w * (m_.arch == Arch::gpt ? 2 : 1), !t_.lora, layer_, ParamSplit::replicated);
       if (!tape_.params[op.param].trainable) op.param = -1;
       op.fwd.push_back(mem_kernel(name, bytes(xin) + bytes(y), od));
       op.fwd.back().reduction = true;
@@ -345,7 +350,7 @@ class Builder {
     const Dtype od = r_.autocast ? Dtype::fp32 : dtype_[x];
     const int y = ew(name + ".weight", {nc}, elems, od, {nc});
     OpRec& last = tape_.ops.back();
-    last.param = tape_.add_param(double(m_.hidden), !t_.lora, layer_, ParamSplit::replicated);
+    last.param = tape_.add_param(w, !t_.lora, layer_, ParamSplit::replicated);
     if (!tape_.params[last.param].trainable) last.param = -1;
     return y;
   }
@@ -399,7 +404,10 @@ class Builder {
 
   int attention(int q, int k, int v) {
     const double b = double(t_.micro_batch), s = double(t_.seq_len) / double(st_.cp);
-    const double heads = double(heads_), hd = double(m_.hd());
+    // (Under MLA a query/key head is qk_dim wide and a value head v_dim: the kernel is given
+    // their mean, which keeps its FLOPs, 2 s^2 (qk + v) per head.)
+    const double heads = double(heads_), hd = double(m_.v_dim());
+    const std::int64_t mean_hd = (m_.qk_dim() + m_.v_dim()) / 2;
     const Dtype c = dtype_[q];
     const bool selective = t_.recompute == Recompute::selective;
     const int outer_region = region_;
@@ -415,7 +423,7 @@ class Builder {
       Kernel kf;
       kf.kind = KernelKind::attention_fwd;
       kf.dtype = c;
-      kf.attn = AttentionShape{t_.micro_batch, heads_, t_.seq_len / st_.cp, m_.hd(), true,
+      kf.attn = AttentionShape{t_.micro_batch, heads_, t_.seq_len / st_.cp, mean_hd, true,
                                st_.cp > 1 ? t_.seq_len : 0};
       kf.name = "flash_fwd";
       Kernel kb = kf;
@@ -425,7 +433,7 @@ class Builder {
         // Ring attention: every rank's keys and values pass around the context-parallel group
         // (overlapped with the blocks of attention in practice; counted exposed here), and their
         // gradients come back the same way.
-        const double kv = tokens_ * double(kv_heads_) * hd * dtype_bytes(c) * 2;
+        const double kv = tokens_ * double(kv_heads_) * double(m_.qk_dim() + m_.v_dim()) * dtype_bytes(c);
         op.fwd.push_back(comm_kernel("cp_kv_allgather", CollectiveKind::all_gather, CommGroup::cp, kv * double(st_.cp)));
         op.bwd.push_back(comm_kernel("cp_kv_allgather", CollectiveKind::all_gather, CommGroup::cp, kv * double(st_.cp)));
         op.bwd.push_back(comm_kernel("cp_dkv_reducescatter", CollectiveKind::reduce_scatter, CommGroup::cp, kv * double(st_.cp)));
@@ -434,14 +442,14 @@ class Builder {
       op.fwd.push_back(kf);
       op.bwd.push_back(kb);
       // FlashAttention-2's backward accumulates dQ in fp32 and keeps a row statistic per query.
-      op.bwd_workspace_bytes += tokens_ * heads * hd * 4 + b * heads * s * 4;
+      op.bwd_workspace_bytes += tokens_ * heads * double(m_.qk_dim()) * 4 + b * heads * s * 4;
       push(std::move(op));
     } else {
       // PyTorch's math path: scores and probabilities materialised per head.
       const double ss = b * heads * s * s;
       const auto bh = static_cast<std::int64_t>(b * heads);
       const auto si = static_cast<std::int64_t>(s);
-      const auto hdi = m_.hd();
+      const auto hdi = mean_hd;
       const int scores = tensor(ss, c);
       OpRec qk;
       qk.inputs = {q, k};
@@ -508,7 +516,9 @@ class Builder {
     }
     const int n1 = norm("norm1", x);
     int q, k, v;
-    if (r_.fused_kernels) {
+    if (m_.mla()) {
+      mla_qkv(n1, q, k, v);
+    } else if (r_.fused_kernels) {
       // Megatron: one fused QKV projection; q, k, v are views of it.
       const int qkv = linear("qkv", n1, h, qw + 2 * kvw, false, Par::column);
       q = rope("q", qkv);
@@ -526,11 +536,11 @@ class Builder {
       }
     }
     const int o = attention(q, k, v);
-    int op = linear("o", o, qw, h, false, Par::row);
+    int op = linear("o", o, heads_ * m_.v_dim(), h, false, Par::row);
     op = dropout("o_dropout", op);
     const int x2 = ew("residual1", {x, op}, elems_[x], rd);
     const int n2 = norm("norm2", x2);
-    if (m_.experts > 1) return moe(x2, n2);
+    if (m_.moe_layer(layer_)) return moe(x2, n2);
     int a;
     if (r_.fused_kernels) {
       const int gu = linear("gate_up", n2, h, 2 * f, false, Par::column);
@@ -572,7 +582,7 @@ class Builder {
 
   int moe(int x2, int n2) {
     const std::int64_t h = m_.hidden, e = m_.experts, local = std::max<std::int64_t>(1, e / st_.ep);
-    const std::int64_t f = ffn_;
+    const std::int64_t f = moe_ffn_;
     const double act = dtype_bytes(dtype_[n2]);
     split_ = ParamSplit::replicated;  // the router: a copy on every TP rank
     const int logits = linear("router", n2, h, e, false);
@@ -620,13 +630,55 @@ class Builder {
     } else if (tp()) {
       tape_.ops.back().fwd.push_back(comm_kernel("moe_allreduce", CollectiveKind::all_reduce, CommGroup::tp, bytes(acc)));
     }
-    const int comb = ew("combine", {acc, probs}, elems_[n2], dtype_[acc], {probs});
+    int comb = ew("combine", {acc, probs}, elems_[n2], dtype_[acc], {probs});
     if (st_.ep > 1) {
       const double b = wire * double(h) * dtype_bytes(dtype_[acc]);
       tape_.ops.back().fwd.push_back(comm_kernel("moe_combine_alltoall", CollectiveKind::all_to_all, CommGroup::ep, b));
       tape_.ops.back().bwd.push_back(comm_kernel("moe_combine_alltoall_bwd", CollectiveKind::all_to_all, CommGroup::ep, b));
     }
+    if (m_.shared_experts > 0) {
+      // Shared experts (DeepSeekMoE): a dense SwiGLU MLP of shared_experts x moe_ffn every token
+      // goes through, split over TP like the dense MLP, added to the routed experts' output.
+      const std::int64_t sf = f * m_.shared_experts;
+      const int g = linear("shared.gate", n2, h, sf, false, Par::column);
+      const int u = linear("shared.up", n2, h, sf, false, Par::column);
+      const int sg = ew("shared.silu", {g}, elems_[g], dtype_[g], {g});
+      const int a = ew("shared.mul", {sg, u}, elems_[g], dtype_[g], {sg, u});
+      const int d = linear("shared.down", a, sf, h, false, Par::row);
+      comb = ew("shared_add", {comb, d}, elems_[comb], dtype_[comb]);
+    }
     return ew("residual2", {x2, comb}, elems_[x2], dtype_[x2]);
+  }
+
+  // Multi-head latent attention (DeepSeek-V2/V3, Megatron-Core's MLASelfAttention): queries through
+  // a down-projection, its norm and a column-parallel up-projection (or one projection), keys and
+  // values up from a compressed latent (kv_lora_rank, normed) with a RoPE key shared by the heads.
+  // The down-projections are whole on every TP rank (duplicated) and run on this rank's tokens;
+  // under sequence parallelism the up-projections gather their (narrow) latent inputs over TP,
+  // and the RoPE key is gathered beside them. Each head's query and key: head_dim + qk_rope_dim,
+  // its value v_head_dim.
+  void mla_qkv(int n1, int& q, int& k, int& v) {
+    const std::int64_t h = m_.hidden, ql = m_.q_lora_rank, kvl = m_.kv_lora_rank, rope_d = m_.qk_rope_dim;
+    const std::int64_t qk = m_.qk_dim(), nope = m_.hd(), vd = m_.v_dim();
+    const ParamSplit outer = split_;
+    split_ = ParamSplit::replicated;
+    const int qa = ql > 0 ? linear("q_down", n1, h, ql, false) : -1;
+    const int kva = linear("kv_down", n1, h, kvl + rope_d, false);
+    split_ = outer;
+    const double rows = elems_[kva] / double(kvl + rope_d);
+    q = ql > 0 ? linear("q_up", norm("q_norm", qa, ql), ql, heads_ * qk, false, Par::column)
+               : linear("q", n1, h, heads_ * qk, false, Par::column);
+    q = rope("q", q);
+    const int kvn = norm("kv_norm", ew("kv_latent.split", {kva}, rows * double(kvl), dtype_[kva]), kvl);
+    const int kvu = linear("kv_up", kvn, kvl, heads_ * (nope + vd), false, Par::column);
+    int kr = ew("k_rope.split", {kva}, rows * double(rope_d), dtype_[kva]);
+    if (sp())
+      kr = tp_comm("k_rope_allgather", kr, tokens_ * double(rope_d), CollectiveKind::all_gather, CollectiveKind::reduce_scatter,
+                   tokens_ * double(rope_d) * dtype_bytes(dtype_[kr]));
+    kr = rope("k_rope", kr);
+    // The RoPE key broadcast to every head beside its no-RoPE part; the values a view.
+    k = ew("k.cat", {kvu, kr}, tokens_ * double(heads_ * qk), dtype_[kvu]);
+    v = ew("v.split", {kvu}, tokens_ * double(heads_ * vd), dtype_[kvu]);
   }
 
   // A collective of the TP group as an op of its own: its output a new tensor of `out_elems`
@@ -764,7 +816,7 @@ class Builder {
   StageSpec st_;
   double tokens_;     // tokens of this rank's sequence slice (micro_batch * seq / cp)
   double sp_tokens_;  // tokens in the sequence-parallel regions (tokens_ / tp with SP)
-  std::int64_t heads_, kv_heads_, ffn_, vocab_;  // this rank's share under tensor parallelism
+  std::int64_t heads_, kv_heads_, ffn_, moe_ffn_, vocab_;  // this rank's share under tensor parallelism
   double rows_override_ = 0;  // tokens an expert's linears see (MoE)
   std::int64_t group_ = 1;    // experts a linear stands for (a grouped GEMM)
   ParamSplit split_ = ParamSplit::tensor;  // how the next linear's weight is split (MoE: router, experts)

@@ -26,6 +26,20 @@ struct TransformerSpec {
   std::int64_t max_positions = 0;
   std::int64_t experts = 1;
   std::int64_t top_k = 1;
+  // DeepSeek-style MoE (DeepSeekMoE, DeepSeek-V2/V3): each expert moe_ffn wide (0: ffn), shared
+  // experts every token goes through beside its top_k routed ones, and the first dense_layers
+  // layers with a dense MLP of width ffn instead.
+  std::int64_t moe_ffn = 0;
+  std::int64_t shared_experts = 0;
+  std::int64_t dense_layers = 0;
+  // Multi-head latent attention (DeepSeek-V2/V3), on when kv_lora_rank > 0: keys and values come
+  // up from a compressed latent of kv_lora_rank (plus a qk_rope_dim RoPE key shared by the
+  // heads), queries through a q_lora_rank bottleneck (0: a full projection); each head's query and
+  // key are head_dim (no RoPE) + qk_rope_dim wide, its value v_head_dim.
+  std::int64_t q_lora_rank = 0;
+  std::int64_t kv_lora_rank = 0;
+  std::int64_t qk_rope_dim = 0;
+  std::int64_t v_head_dim = 0;
   double reported_params = 0;  // as the model's source states it; 0 when unknown
   std::vector<std::string> sources;
   std::string notes;
@@ -33,14 +47,19 @@ struct TransformerSpec {
   std::int64_t hd() const { return head_dim > 0 ? head_dim : hidden / heads; }
   std::int64_t q_width() const { return heads * hd(); }
   std::int64_t kv_width() const { return kv_heads * hd(); }
+  bool mla() const { return kv_lora_rank > 0; }
+  std::int64_t qk_dim() const { return hd() + (mla() ? qk_rope_dim : 0); }       // a query/key head
+  std::int64_t v_dim() const { return mla() && v_head_dim > 0 ? v_head_dim : hd(); }  // a value head
+  std::int64_t expert_ffn() const { return moe_ffn > 0 ? moe_ffn : ffn; }
+  bool moe_layer(std::int64_t layer) const { return experts > 1 && layer >= dense_layers; }
 };
 
 // Parameter counts, split the way memory and FLOPs need them.
 struct ParamCounts {
   double embedding = 0;      // token (+ learned positions for gpt)
   double lm_head = 0;        // zero when tied
-  double per_layer = 0;      // attention + MLP (all experts) + norms
-  double per_layer_active = 0;  // what one token touches (top_k experts)
+  double per_layer = 0;      // attention + MLP (all experts) + norms (the mean over layers)
+  double per_layer_active = 0;  // what one token touches (top_k experts; the mean over layers)
   double final_norm = 0;
   std::int64_t layers = 0;
   double total() const { return embedding + lm_head + per_layer * double(layers) + final_norm; }

@@ -136,3 +136,42 @@ TEST_CASE("blocks repeated from the second are the tape built op by op", "[tape]
       if (fast.copy_of[i] >= 0) same_kernels(fast.ops[i].fwd, fast.ops[std::size_t(fast.copy_of[i])].fwd);
   }
 }
+
+TEST_CASE("MLA blocks with shared experts repeat from the first MoE block past the dense ones", "[tape]") {
+  TransformerSpec model = load_model("deepseek-v3");
+  model.layers = 7;  // 3 dense, 4 MoE
+  TrainingSpec tr;
+  tr.seq_len = 1024;
+  tr.precision = *precision_recipe("bf16");
+  tr.recompute = Recompute::full;
+  for (const bool sp : {false, true}) {
+    INFO("sp " << sp);
+    StageSpec st;
+    st.ep = 64;
+    st.tp = sp ? 2 : 1;
+    st.sequence_parallel = sp;
+    const Tape fast = build_step_tape(model, tr, st), slow = build_step_tape(model, tr, st, false);
+    same_tape(fast, slow);
+    // Layers 0-2 dense and 3 built op by op (3 is the template), 4-6 copied from it.
+    std::size_t block_ops = 0;
+    for (const OpRec& op : slow.ops) block_ops += op.layer == 3 ? 1 : 0;
+    const auto copies = std::count_if(fast.copy_of.begin(), fast.copy_of.end(), [](int i) { return i >= 0; });
+    CHECK(std::size_t(copies) == 3 * block_ops);
+    for (std::size_t i = 0; i < fast.ops.size(); ++i)
+      if (fast.copy_of[i] >= 0) CHECK(fast.ops[i].layer >= 4);
+    // Dense layers have no router, MoE layers a router and a shared expert.
+    auto has = [&](int layer, const std::string& name) {
+      for (const OpRec& op : slow.ops)
+        for (const Kernel& k : op.fwd)
+          if (op.layer == layer && k.name == name) return true;
+      return false;
+    };
+    CHECK(!has(2, "router"));
+    CHECK(has(3, "router"));
+    CHECK(has(3, "shared.down"));
+    CHECK(has(0, "kv_up"));
+    CHECK(has(0, "q_down"));
+    CHECK(has(0, "down"));
+    CHECK(has(0, "k_rope_allgather") == sp);
+  }
+}

@@ -39,3 +39,37 @@ TEST_CASE("MoE counts every expert in total and top_k experts as active", "[mode
   CHECK(p.total() == Approx(46.7e9).epsilon(0.01));
   CHECK(p.active() == Approx(12.9e9).epsilon(0.02));
 }
+
+TEST_CASE("DeepSeek-V3: MLA, shared experts and dense first layers give its published counts", "[models]") {
+  // DeepSeek's README_WEIGHTS: the main model 671B, 36.6B activated including the 0.9B output
+  // head; the input embedding (0.93B, a lookup) is in our active count, not theirs.
+  const TransformerSpec m = load_model("deepseek-v3");
+  const ParamCounts p = count_params(m);
+  CHECK(p.total() == Approx(671e9).epsilon(0.002));
+  const double embedding = double(m.vocab) * double(m.hidden);
+  CHECK(p.active() - embedding == Approx(36.6e9).epsilon(0.005));
+  // Layer by layer: MLA attention 187.1M; a dense layer's MLP 3 x 7168 x 18432; an MoE layer's 256
+  // routed + 1 shared experts of 3 x 7168 x 2048 and a 7168 x 256 router.
+  const double h = 7168, attn = h * 1536 + 1536 + 1536 * 128.0 * 192 + h * 576 + 512 + 512 * 128.0 * 256 + 128.0 * 128 * h;
+  const double dense = attn + 3 * h * 18432 + 2 * h, moe = attn + 257 * 3 * h * 2048 + h * 256 + 2 * h;
+  CHECK(p.per_layer * 61 == Approx(3 * dense + 58 * moe).epsilon(1e-12));
+  // Attention FLOPs follow the query/key (192) and value (128) head widths.
+  const double tokens = 4096, seq = 4096;
+  TransformerSpec dense_attn = m;
+  dense_attn.kv_lora_rank = 0;  // (only to read the formula: the same heads at head_dim 128)
+  const double diff = model_flops(m, tokens, 4096) - 6 * (p.per_layer_active * 61 - 2 * h * 61 + double(m.vocab) * h) * tokens;
+  CHECK(diff == Approx(3.0 * 61 * tokens * seq * 128 * (192 + 128)).epsilon(1e-6));
+}
+
+TEST_CASE("MLA and DeepSeekMoE fields are checked where they are given", "[models][io]") {
+  auto with = [](Json extra) {
+    Json model = {{"arch", "llama"}, {"layers", 4}, {"hidden", 1024}, {"heads", 8}, {"ffn", 2048}, {"vocab", 1000}, {"tied_embeddings", false}};
+    for (auto& [k, v] : extra.items()) model[k] = v;
+    return Json{{"model", model}, {"cluster", {{"gpu", "h100-sxm"}}}, {"training", {{"seq_len", 1024}}}};
+  };
+  CHECK_NOTHROW(parse_scenario(with({{"kv_lora_rank", 256}, {"qk_rope_dim", 32}, {"head_dim", 64}}), "m.json"));
+  CHECK_THROWS_WITH(parse_scenario(with({{"q_lora_rank", 256}}), "m.json"), Catch::Contains("/model/q_lora_rank") && Catch::Contains("kv_lora_rank"));
+  CHECK_THROWS_WITH(parse_scenario(with({{"kv_lora_rank", 256}, {"kv_heads", 2}}), "m.json"), Catch::Contains("/model/kv_heads"));
+  CHECK_THROWS_WITH(parse_scenario(with({{"shared_experts", 1}}), "m.json"), Catch::Contains("/model/shared_experts") && Catch::Contains("experts > 1"));
+  CHECK_THROWS_WITH(parse_scenario(with({{"experts", 4}, {"top_k", 2}, {"dense_layers", 4}}), "m.json"), Catch::Contains("/model/dense_layers"));
+}

@@ -77,6 +77,12 @@ void read_model_fields(JsonReader& r, TransformerSpec& m, bool require_all) {
   else r.ignore("experts");
   if (r.has("top_k")) m.top_k = r.integer("top_k", 1, 4096);
   else r.ignore("top_k");
+  for (auto [key, dst] : {std::pair<const char*, std::int64_t*>{"moe_ffn", &m.moe_ffn}, {"shared_experts", &m.shared_experts},
+                          {"dense_layers", &m.dense_layers}, {"q_lora_rank", &m.q_lora_rank},
+                          {"kv_lora_rank", &m.kv_lora_rank}, {"qk_rope_dim", &m.qk_rope_dim}, {"v_head_dim", &m.v_head_dim}}) {
+    if (r.has(key)) *dst = r.integer(key, 0, kMaxDim);
+    else r.ignore(key);
+  }
   if (r.has("reported_params")) m.reported_params = r.number("reported_params", 0);
   else r.ignore("reported_params");
   if (r.has("name")) m.name = r.string("name");
@@ -97,6 +103,16 @@ void check_model(const TransformerSpec& m, const JsonReader& r) {
   if (m.heads % m.kv_heads != 0)
     r.fail("kv_heads", std::to_string(m.kv_heads) + " does not divide heads=" + std::to_string(m.heads));
   if (m.top_k > m.experts) r.fail("top_k", std::to_string(m.top_k) + " exceeds experts=" + std::to_string(m.experts));
+  if (m.experts <= 1 && (m.moe_ffn > 0 || m.shared_experts > 0 || m.dense_layers > 0))
+    r.fail(m.moe_ffn > 0 ? "moe_ffn" : m.shared_experts > 0 ? "shared_experts" : "dense_layers", "needs experts > 1");
+  if (m.dense_layers >= m.layers && m.experts > 1)
+    r.fail("dense_layers", std::to_string(m.dense_layers) + " leaves no MoE layer of layers=" + std::to_string(m.layers));
+  if (!m.mla() && (m.q_lora_rank > 0 || m.qk_rope_dim > 0 || m.v_head_dim > 0))
+    r.fail(m.q_lora_rank > 0 ? "q_lora_rank" : m.qk_rope_dim > 0 ? "qk_rope_dim" : "v_head_dim",
+           "is multi-head latent attention's: needs kv_lora_rank > 0");
+  if (m.mla() && m.kv_heads != m.heads)
+    r.fail("kv_heads", "multi-head latent attention gives every query head its own key and value (kv_heads = heads)");
+  if (m.mla() && m.arch != Arch::llama) r.fail("kv_lora_rank", "multi-head latent attention needs arch llama");
 }
 
 }  // namespace
