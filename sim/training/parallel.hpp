@@ -53,6 +53,10 @@ struct ParallelPlan {
   // receiver has posted its receive (in the p2p call that ends one of its own steps), and the
   // next step starts when every receive of the call has arrived.
   bool p2p_blocking = false;
+  // Gradient accumulation by running the pipeline schedule again (torch.distributed.pipelining as
+  // torchtitan and NeMo AutoModel drive it: each run a whole schedule over its share of the
+  // micro-batches, with its own fill and drain); 1: one schedule over all of them (Megatron).
+  std::int64_t pipeline_runs = 1;
 
   std::int64_t gpus() const { return dp * tp * pp * cp; }
 };

@@ -658,7 +658,25 @@ bool opens_pair(std::int64_t v, std::int64_t warm, std::int64_t n, std::int64_t 
   return v > 1 && i >= warm && i < n - warm && (i - warm) % 2 == 0;
 }
 
+std::vector<Work> schedule_one(const ParallelPlan& p, std::int64_t stage, std::int64_t m);
+
+// The stage's passes for a step of m micro-batches: one schedule, or pipeline_runs schedules one
+// after another over consecutive shares of them (each filling and draining the pipeline).
 std::vector<Work> schedule_for(const ParallelPlan& p, std::int64_t stage, std::int64_t m) {
+  const std::int64_t runs = p.pp > 1 ? std::max<std::int64_t>(1, p.pipeline_runs) : 1;
+  if (runs == 1 || m % runs != 0) return schedule_one(p, stage, m);
+  const std::vector<Work> one = schedule_one(p, stage, m / runs);
+  std::vector<Work> w;
+  w.reserve(one.size() * std::size_t(runs));
+  for (std::int64_t k = 0; k < runs; ++k)
+    for (Work x : one) {
+      x.mb += int(k * (m / runs));
+      w.push_back(x);
+    }
+  return w;
+}
+
+std::vector<Work> schedule_one(const ParallelPlan& p, std::int64_t stage, std::int64_t m) {
   std::vector<Work> w;
   const std::int64_t v = p.schedule == PipelineSchedule::interleaved ? p.virtual_stages : 1;
   if (p.schedule == PipelineSchedule::gpipe || p.pp == 1) {
@@ -3089,6 +3107,8 @@ Windows windows_of(const StepConfig& cfg) {
   // added the phase that sets the pace can change (a random comparison: 0.2-1.5 % short on plans
   // whose windows grew alike, both networks); simulated exactly.
   if (cfg.parallel.schedule == PipelineSchedule::gpipe) return {};
+  // Nor a schedule run again per share of the micro-batches: a step is not one steady state.
+  if (cfg.parallel.pipeline_runs > 1) return {};
   // Nor a pipeline with data-parallel traffic in every micro-batch: its gathers and reduce-scatters
   // can settle into their steady state long after windows that grew alike (random comparisons:
   // ZeRO-3 + EP over PP 4, growth per micro-batch 4.793 ms to 64, 4.807 from 96: extended 0.2 %

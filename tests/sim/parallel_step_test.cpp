@@ -536,3 +536,44 @@ TEST_CASE("tied embeddings across a pipeline all-reduce their gradient between t
   // about 40 ms after the last backward pass, before the optimizer.
   CHECK(tied.step_time_s - untied.step_time_s == Approx(1.048576e9 / (25e9 * 0.9)).epsilon(0.25));
 }
+
+TEST_CASE("running the pipeline schedule per share of the micro-batches pays a fill and drain each run", "[parallel][pipeline]") {
+  // torch.distributed.pipelining's gradient accumulation (torchtitan, NeMo AutoModel): k runs of
+  // a schedule over m/k micro-batches. With equal stages of time t a micro-batch, one 1F1B run
+  // takes (m/k + p - 1) t: k of them back to back idle about k (p - 1) t against (p - 1) t.
+  const std::int64_t p = 4, m = 16;
+  for (const auto& [sched, v] : {std::pair{PipelineSchedule::one_f_one_b, std::int64_t(1)}, std::pair{PipelineSchedule::interleaved, std::int64_t(2)}}) {
+    INFO("schedule " << int(sched));
+    const StepResult one = simulate_step(uniform(16, p, m, sched, v));
+    StepConfig c = uniform(16, p, m, sched, v);
+    c.parallel.pipeline_runs = 4;
+    const StepResult four = simulate_step(c);
+    CHECK(four.compute_s == Approx(one.compute_s).epsilon(1e-9));
+    CHECK(four.step_time_s > one.step_time_s);
+    // Each run's fill and drain overlap the next run's only where a stage has nothing left
+    // to wait for: between 2 and 4 times the single schedule's idle time.
+    CHECK(four.pipeline_bubble_s > 2.0 * one.pipeline_bubble_s);
+    CHECK(four.pipeline_bubble_s < 4.0 * one.pipeline_bubble_s * 1.05);
+    CHECK(four.micro_batches == m);
+    CHECK(simulated_micro_batches(c) == m);  // not one steady state: every micro-batch simulated
+    // As many micro-batches' activations at once as one run of m/4 keeps.
+    StepConfig quarter = uniform(16, p, m / 4, sched, v);
+    CHECK(four.rank_peak_bytes[0] == Approx(simulate_step(quarter).rank_peak_bytes[0]).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("pipeline_runs is checked against the plan", "[parallel][io]") {
+  Json j = {{"model", "llama-3.2-1b"}, {"cluster", {{"gpu", "h100-sxm"}, {"nodes", 1}, {"gpus_per_node", 4}}},
+            {"training", {{"seq_len", 1024}, {"global_batch", 12}}}, {"parallelism", {{"pp", 4}, {"pipeline_runs", 3}}}};
+  CHECK_NOTHROW(parse_scenario(j, "s.json"));
+  j["parallelism"]["pipeline_runs"] = 5;
+  CHECK_THROWS_WITH(parse_scenario(j, "s.json"), Catch::Contains("/parallelism/pipeline_runs") && Catch::Contains("12 micro-batches"));
+  j["parallelism"] = {{"pp", 1}, {"dp", 4}, {"pipeline_runs", 3}};
+  CHECK_THROWS_WITH(parse_scenario(j, "s.json"), Catch::Contains("pipeline_runs") && Catch::Contains("pp > 1"));
+  j["parallelism"] = {{"pp", 4}, {"pipeline_runs", 3}, {"pipeline_p2p", "blocking"}};
+  CHECK_THROWS_WITH(parse_scenario(j, "s.json"), Catch::Contains("pipeline_runs"));
+  j["parallelism"] = {{"pp", 4}, {"pipeline_runs", 3}, {"pp_schedule", "interleaved"}, {"virtual_stages", 2}};
+  CHECK_NOTHROW(parse_scenario(j, "s.json"));  // 4 micro-batches a run
+  j["parallelism"]["pipeline_runs"] = 6;
+  CHECK_THROWS_WITH(parse_scenario(j, "s.json"), Catch::Contains("a run") && Catch::Contains("multiple of pp"));
+}

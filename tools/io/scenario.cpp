@@ -407,6 +407,10 @@ Parallelism parse_parallelism(JsonReader r) {
   p.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", true);
   p.grad_reduce_dtype = r.choice_or("grad_reduce_dtype", {"", "fp32", "bf16", "fp16"}, "");
   p.pipeline_p2p = r.choice_or("pipeline_p2p", {"async", "blocking"}, "async");
+  p.pipeline_runs = r.integer_or("pipeline_runs", 1, 1, std::int64_t(1) << 20);
+  if (p.pipeline_runs > 1 && p.pp == 1) r.fail("pipeline_runs", "needs a pipeline (pp > 1)");
+  if (p.pipeline_runs > 1 && p.pipeline_p2p == "blocking")
+    r.fail("pipeline_runs", "runs of torch's pipeline schedule with Megatron's blocking transfers are not modelled");
   if (r.has("layers_per_stage")) {
     const Json& a = r.raw("layers_per_stage");
     if (!a.is_array() || a.empty()) r.fail("layers_per_stage", "expected an array of layer counts, one per (virtual) pipeline stage");
@@ -585,11 +589,15 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
   if (s.training.global_batch % (s.training.micro_batch * p.dp) != 0)
     r.fail("training/global_batch", std::to_string(s.training.global_batch) + " is not a multiple of micro_batch*dp=" +
                                         std::to_string(s.training.micro_batch * p.dp));
-  if (p.pp_schedule == "interleaved") {
+  {
     const std::int64_t mbs = s.training.global_batch / (s.training.micro_batch * p.dp);
-    if (mbs % p.pp != 0)
-      r.fail("training/global_batch", "the interleaved schedule needs the number of micro-batches (" + std::to_string(mbs) +
-                                          ") to be a multiple of pp=" + std::to_string(p.pp));
+    if (mbs % p.pipeline_runs != 0)
+      r.fail("parallelism/pipeline_runs", std::to_string(p.pipeline_runs) + " does not divide the " + std::to_string(mbs) +
+                                              " micro-batches of a step");
+    const std::int64_t per_run = mbs / p.pipeline_runs;
+    if (p.pp_schedule == "interleaved" && per_run % p.pp != 0)
+      r.fail("training/global_batch", "the interleaved schedule needs the number of micro-batches (" + std::to_string(per_run) +
+                                          (p.pipeline_runs > 1 ? " a run" : "") + ") to be a multiple of pp=" + std::to_string(p.pp));
   }
   if (p.sequence_parallel && p.tp == 1) r.fail("parallelism/sequence_parallel", "needs tp > 1");
   if (p.tp_comm_overlap && !p.sequence_parallel)

@@ -31,6 +31,7 @@ struct Parallelism {
   bool offload_params = false;
   std::vector<std::int64_t> layers_per_stage;  // empty: even split
   std::string pipeline_p2p = "async";          // "blocking": Megatron before 2023
+  std::int64_t pipeline_runs = 1;              // the schedule run this many times a step (torch pipelining's GA)
 };
 
 // What the seed article (or a paper) claims about the scenario, kept beside the prediction.

@@ -35,6 +35,7 @@ StepConfig step_config(const Scenario& s) {
   pp.order = p.order;
   pp.layers_per_stage = p.layers_per_stage;
   pp.p2p_blocking = p.pipeline_p2p == "blocking";
+  pp.pipeline_runs = p.pipeline_runs;
   pp.ddp_bucket_bytes = p.ddp_bucket_bytes;
   pp.overlap_grad_reduce = p.overlap_grad_reduce;
   if (!p.grad_reduce_dtype.empty()) pp.grad_reduce_bytes = dtype_bytes(*parse_dtype(p.grad_reduce_dtype));
