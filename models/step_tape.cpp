@@ -47,7 +47,7 @@ class Builder {
         continue;
       }
       const Mark before = mark();
-      if (t_.recompute == Recompute::full) region_ = tape_.regions++;
+      if (t_.recompute == Recompute::full) region_ = new_region(false);
       const int in = x;
       x = block(x);
       region_ = -1;
@@ -314,6 +314,24 @@ class Builder {
     return ew(name + ".lora_add", {y, b}, elems_[y], dtype_[y]);
   }
 
+  // A new checkpointed region (see Tape::region_discards).
+  int new_region(bool discards) {
+    tape_.region_discards.push_back(discards ? 1 : 0);
+    return tape_.regions++;
+  }
+  // Whether a recompute module is on: under selective recompute, and where no region is open (a
+  // module inside another module's region is recomputed with it).
+  bool module(unsigned m) const { return t_.recompute == Recompute::selective && (t_.recompute_modules & m) && region_ < 0; }
+  // f() inside a region of its own when module m is on.
+  template <class F>
+  int in_module(unsigned m, bool discards, F&& f) {
+    if (!module(m)) return f();
+    region_ = new_region(discards);
+    const int y = f();
+    region_ = -1;
+    return y;
+  }
+
   // `width`: the normalised dimension (0: hidden; MLA's latents are narrower).
   int norm(const std::string& name, int x, std::int64_t width = 0) {
     const double w = double(width > 0 ? width : m_.hidden);
@@ -409,9 +427,9 @@ class Builder {
     const double heads = double(heads_), hd = double(m_.v_dim());
     const std::int64_t mean_hd = (m_.qk_dim() + m_.v_dim()) / 2;
     const Dtype c = dtype_[q];
-    const bool selective = t_.recompute == Recompute::selective;
+    const bool selective = module(kRecomputeCoreAttn);
     const int outer_region = region_;
-    if (selective) region_ = tape_.regions++;
+    if (selective) region_ = new_region(false);
     int o;
     if (t_.attention == AttentionImpl::flash) {
       o = tensor(tokens_ * heads * hd, c);
@@ -499,22 +517,24 @@ class Builder {
     const Dtype rd = dtype_[x];
     const std::int64_t qw = heads_ * m_.hd(), kvw = kv_heads_ * m_.hd();
     if (m_.arch == Arch::gpt) {
-      const int n1 = norm("ln1", x);
+      const int n1 = in_module(kRecomputeLayernorm, true, [&] { return norm("ln1", x); });
       const int qkv = linear("qkv", n1, h, qw + 2 * kvw, true, Par::column);
       // q, k and v are views of the fused projection: attention saves the one tensor.
       const int o = attention(qkv, qkv, qkv);
       int pr = linear("proj", o, qw, h, true, Par::row);
       pr = dropout("proj_dropout", pr);
       const int x2 = ew("residual1", {x, pr}, elems_[x], rd);
-      const int n2 = norm("ln2", x2);
-      const int f1 = linear("fc1", n2, h, f, true, Par::column);
-      const int g = r_.fused_kernels ? ew("bias_gelu", {f1}, elems_[f1], dtype_[f1], {f1})
-                                     : ew("gelu", {f1}, elems_[f1], dtype_[f1], {f1});
-      int f2 = linear("fc2", g, f, h, true, Par::row);
+      const int n2 = in_module(kRecomputeLayernorm, true, [&] { return norm("ln2", x2); });
+      int f2 = in_module(kRecomputeMlp, false, [&] {
+        const int f1 = linear("fc1", n2, h, f, true, Par::column);
+        const int g = r_.fused_kernels ? ew("bias_gelu", {f1}, elems_[f1], dtype_[f1], {f1})
+                                       : ew("gelu", {f1}, elems_[f1], dtype_[f1], {f1});
+        return linear("fc2", g, f, h, true, Par::row);
+      });
       f2 = dropout("mlp_dropout", f2);
       return ew("residual2", {x2, f2}, elems_[x], rd);
     }
-    const int n1 = norm("norm1", x);
+    const int n1 = in_module(kRecomputeLayernorm, true, [&] { return norm("norm1", x); });
     int q, k, v;
     if (m_.mla()) {
       mla_qkv(n1, q, k, v);
@@ -539,19 +559,21 @@ class Builder {
     int op = linear("o", o, heads_ * m_.v_dim(), h, false, Par::row);
     op = dropout("o_dropout", op);
     const int x2 = ew("residual1", {x, op}, elems_[x], rd);
-    const int n2 = norm("norm2", x2);
-    if (m_.moe_layer(layer_)) return moe(x2, n2);
-    int a;
-    if (r_.fused_kernels) {
-      const int gu = linear("gate_up", n2, h, 2 * f, false, Par::column);
-      a = ew("swiglu", {gu}, elems_[gu] / 2, dtype_[gu], {gu});
-    } else {
-      const int g = linear("gate", n2, h, f, false, Par::column);
-      const int u = linear("up", n2, h, f, false, Par::column);
-      const int sg = ew("silu", {g}, elems_[g], dtype_[g], {g});
-      a = ew("swiglu_mul", {sg, u}, elems_[g], dtype_[g], {sg, u});
-    }
-    int d = linear("down", a, f, h, false, Par::row);
+    const int n2 = in_module(kRecomputeLayernorm, true, [&] { return norm("norm2", x2); });
+    if (m_.moe_layer(layer_)) return in_module(kRecomputeMoe, false, [&] { return moe(x2, n2); });
+    int d = in_module(kRecomputeMlp, false, [&] {
+      int a;
+      if (r_.fused_kernels) {
+        const int gu = linear("gate_up", n2, h, 2 * f, false, Par::column);
+        a = ew("swiglu", {gu}, elems_[gu] / 2, dtype_[gu], {gu});
+      } else {
+        const int g = linear("gate", n2, h, f, false, Par::column);
+        const int u = linear("up", n2, h, f, false, Par::column);
+        const int sg = ew("silu", {g}, elems_[g], dtype_[g], {g});
+        a = ew("swiglu_mul", {sg, u}, elems_[g], dtype_[g], {sg, u});
+      }
+      return linear("down", a, f, h, false, Par::row);
+    });
     d = dropout("mlp_dropout", d);
     return ew("residual2", {x2, d}, elems_[x], rd);
   }
@@ -616,8 +638,10 @@ class Builder {
       const std::string p = t_.moe_grouped_gemm ? std::string("experts.") : "expert" + std::to_string(i) + ".";
       const int g = linear(p + "gate", disp, h, f, false);
       const int u = linear(p + "up", disp, h, f, false);
-      const int sg = ew(p + "silu", {g}, elems_[g], dtype_[g], {g});
-      const int a = ew(p + "mul", {sg, u}, elems_[g], dtype_[g], {sg, u});
+      const int a = in_module(kRecomputeMoeAct, true, [&] {
+        const int sg = ew(p + "silu", {g}, elems_[g], dtype_[g], {g});
+        return ew(p + "mul", {sg, u}, elems_[g], dtype_[g], {sg, u});
+      });
       const int d = linear(p + "down", a, f, h, false);
       acc = acc < 0 ? d : ew(p + "gather", {acc, d}, elems_[d], dtype_[d]);
     }
@@ -640,11 +664,13 @@ class Builder {
       // Shared experts (DeepSeekMoE): a dense SwiGLU MLP of shared_experts x moe_ffn every token
       // goes through, split over TP like the dense MLP, added to the routed experts' output.
       const std::int64_t sf = f * m_.shared_experts;
-      const int g = linear("shared.gate", n2, h, sf, false, Par::column);
-      const int u = linear("shared.up", n2, h, sf, false, Par::column);
-      const int sg = ew("shared.silu", {g}, elems_[g], dtype_[g], {g});
-      const int a = ew("shared.mul", {sg, u}, elems_[g], dtype_[g], {sg, u});
-      const int d = linear("shared.down", a, sf, h, false, Par::row);
+      const int d = in_module(kRecomputeSharedExperts, false, [&] {
+        const int g = linear("shared.gate", n2, h, sf, false, Par::column);
+        const int u = linear("shared.up", n2, h, sf, false, Par::column);
+        const int sg = ew("shared.silu", {g}, elems_[g], dtype_[g], {g});
+        const int a = ew("shared.mul", {sg, u}, elems_[g], dtype_[g], {sg, u});
+        return linear("shared.down", a, sf, h, false, Par::row);
+      });
       comb = ew("shared_add", {comb, d}, elems_[comb], dtype_[comb]);
     }
     return ew("residual2", {x2, comb}, elems_[x2], dtype_[x2]);
@@ -666,19 +692,24 @@ class Builder {
     const int kva = linear("kv_down", n1, h, kvl + rope_d, false);
     split_ = outer;
     const double rows = elems_[kva] / double(kvl + rope_d);
-    q = ql > 0 ? linear("q_up", norm("q_norm", qa, ql), ql, heads_ * qk, false, Par::column)
-               : linear("q", n1, h, heads_ * qk, false, Par::column);
-    q = rope("q", q);
+    const int qn = ql > 0 ? norm("q_norm", qa, ql) : n1;
     const int kvn = norm("kv_norm", ew("kv_latent.split", {kva}, rows * double(kvl), dtype_[kva]), kvl);
-    const int kvu = linear("kv_up", kvn, kvl, heads_ * (nope + vd), false, Par::column);
     int kr = ew("k_rope.split", {kva}, rows * double(rope_d), dtype_[kva]);
     if (sp())
       kr = tp_comm("k_rope_allgather", kr, tokens_ * double(rope_d), CollectiveKind::all_gather, CollectiveKind::reduce_scatter,
                    tokens_ * double(rope_d) * dtype_bytes(dtype_[kr]));
+    // The up-projections (Megatron's mla_up_proj recompute module: their outputs, the heads' q, k
+    // and v, dropped after the attention's forward and made again for its backward).
+    const bool up_module = module(kRecomputeMlaUpProj);
+    if (up_module) region_ = new_region(true);
+    q = ql > 0 ? linear("q_up", qn, ql, heads_ * qk, false, Par::column) : linear("q", n1, h, heads_ * qk, false, Par::column);
+    q = rope("q", q);
+    const int kvu = linear("kv_up", kvn, kvl, heads_ * (nope + vd), false, Par::column);
     kr = rope("k_rope", kr);
     // The RoPE key broadcast to every head beside its no-RoPE part; the values a view.
     k = ew("k.cat", {kvu, kr}, tokens_ * double(heads_ * qk), dtype_[kvu]);
     v = ew("v.split", {kvu}, tokens_ * double(heads_ * vd), dtype_[kvu]);
+    if (up_module) region_ = -1;
   }
 
   // A collective of the TP group as an op of its own: its output a new tensor of `out_elems`
@@ -806,6 +837,7 @@ class Builder {
       tape_.ops.push_back(std::move(op));
       tape_.copy_of.push_back(int(i));
     }
+    for (int rg = rp.from.regions; rg < rp.to.regions; ++rg) tape_.region_discards.push_back(tape_.region_discards[std::size_t(rg)]);
     tape_.regions += rp.to.regions - rp.from.regions;
     return tensor_of(rp.out);
   }

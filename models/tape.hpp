@@ -64,6 +64,11 @@ struct Tape {
   // see build_step_tape), or -1.
   std::vector<int> copy_of;
   int regions = 0;
+  // Per region: 1 where its outputs are dropped once the forward has used them, even where an op
+  // outside the region saved them, and recomputed before the first backward that needs them
+  // (Megatron-Core's CheckpointWithoutOutput: the layernorm, moe_act and mla_up_proj recompute
+  // modules); 0: torch.utils.checkpoint, which keeps only the region's inputs.
+  std::vector<std::uint8_t> region_discards;
 
   int add_tensor(double bytes, bool requires_grad = true, MemCategory cat = MemCategory::activations) {
     tensors.push_back(TensorRec{bytes, cat, requires_grad, false, -1});

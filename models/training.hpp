@@ -22,6 +22,18 @@ enum class MoeDispatcher : std::uint8_t { alltoall, deepep };
 // spread as a uniform random choice); fake_balanced: NeMo AutoModel's benchmark gate, round robin
 // over aligned blocks of top_k consecutive experts (a token's experts share as few ranks as can be).
 enum class MoeRouter : std::uint8_t { learned, fake_balanced };
+// Megatron-Core's recompute modules (transformer_config.py recompute_modules): core_attn, mlp, moe
+// and shared_experts are checkpointed submodules (their inputs kept); layernorm, moe_act and
+// mla_up_proj keep neither their output nor anything inside, and recompute it for backward.
+enum RecomputeModule : unsigned {
+  kRecomputeCoreAttn = 1,
+  kRecomputeLayernorm = 2,
+  kRecomputeMlaUpProj = 4,
+  kRecomputeMoeAct = 8,
+  kRecomputeMlp = 16,
+  kRecomputeMoe = 32,
+  kRecomputeSharedExperts = 64,
+};
 
 // A precision recipe: where each tensor lives and in what format (DESIGN.md "precision").
 struct PrecisionRecipe {
@@ -70,6 +82,9 @@ struct TrainingSpec {
   // TEGroupedMLP; AutoModel's grouped_gemm / TE GroupedLinear): one kernel over the rank's
   // experts writing one output buffer, instead of a GEMM per expert and a copy of its output.
   bool moe_grouped_gemm = false;
+  // Under selective recompute, what is recomputed (Megatron-Core's --recompute-modules), a mask of
+  // RecomputeModule bits; core_attn alone by default (Megatron's selective recompute).
+  unsigned recompute_modules = 1;
   std::optional<LoraSpec> lora;
 };
 

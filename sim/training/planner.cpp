@@ -22,6 +22,28 @@ ChunkPlanner::ChunkPlanner(const Tape& tape, const TrainingSpec& training, Shard
     if (rg >= 0 && first_op_of_region_[rg] < 0) first_op_of_region_[rg] = int(i);
     if (rg >= 0) ops_of_region_[rg].push_back(int(i));
   }
+  // Discarding regions' outputs that something outside keeps for backward.
+  discarded_.assign(tape_.tensors.size(), false);
+  outside_saves_.assign(tape_.tensors.size(), 0);
+  auto discards = [&](int rg) { return rg >= 0 && std::size_t(rg) < tape_.region_discards.size() && tape_.region_discards[std::size_t(rg)]; };
+  std::vector<std::vector<int>> region_keeps(std::size_t(tape_.regions));
+  for (const OpRec& op : tape_.ops) {
+    if (op.region < 0) {
+      for (int t : op.saved)
+        if (discards(region_of(t))) {
+          discarded_[t] = true;
+          ++outside_saves_[t];
+        }
+    } else {
+      auto& keep = region_keeps[std::size_t(op.region)];
+      for (int t : op.inputs)
+        if (region_input(op, t) && discards(region_of(t)) && std::find(keep.begin(), keep.end(), t) == keep.end()) {
+          keep.push_back(t);
+          discarded_[t] = true;
+          ++outside_saves_[t];
+        }
+    }
+  }
   param_grad_alive_.assign((tape_.params.size() + 63) / 64, 0);
   if (shard_.persistent_grads)
     for (std::size_t i = 0; i < tape_.params.size(); ++i) set_grad_alive(int(i));
@@ -144,14 +166,17 @@ PlanItem ChunkPlanner::run_forward_op(MbState& st, const OpRec& op, Phase phase,
     }
   }
   for (int t : op.inputs) --st.uses[t];
+  // (A discarding region's output is not kept by what saves it outside the region: its recompute
+  // counts those back in, ensure().)
   if (replay_held || op.region < 0) {
-    for (int t : op.saved) ++st.saved[t];
+    for (int t : op.saved)
+      if (replay_held || !discarded_[t]) ++st.saved[t];
   } else {
     auto& keep = st.region_inputs[op.region];
     for (int t : op.inputs)
       if (region_input(op, t) && std::find(keep.begin(), keep.end(), t) == keep.end()) {
         keep.push_back(t);
-        ++st.saved[t];
+        if (!discarded_[t]) ++st.saved[t];
       }
   }
   // The stage output is sent on; the planner releases it when the pass ends.
@@ -198,8 +223,24 @@ std::vector<PlanItem> ChunkPlanner::forward(int mb) {
   return out;
 }
 
+void ChunkPlanner::ensure(MbState& st, int t, std::vector<PlanItem>& out) const {
+  if (!discarded_[t]) return;
+  const int rg = region_of(t);
+  if (st.replayed[rg]) return;
+  st.replayed[rg] = true;
+  // Every output of the region kept outside it, kept again (before the replay makes them, so
+  // that it does not free them).
+  for (int i : ops_of_region_[rg])
+    for (int o : tape_.ops[i].outputs)
+      if (discarded_[o]) st.saved[o] += outside_saves_[o];
+  replay(st, rg, out);
+}
+
 void ChunkPlanner::replay(MbState& st, int region, std::vector<PlanItem>& out) const {
   const std::vector<int>& ops = ops_of_region_[region];
+  for (int i : ops)
+    for (int t : tape_.ops[i].inputs)
+      if (region_input(tape_.ops[i], t)) ensure(st, t, out);
   for (int i : ops)
     for (int t : tape_.ops[i].inputs) ++st.uses[t];
   std::vector<int> held;
@@ -235,6 +276,7 @@ std::vector<PlanItem> ChunkPlanner::backward(int mb, bool last_micro_batch, std:
   };
   for (int i = int(tape_.ops.size()) - 1; i >= 0; --i) {
     const OpRec& op = tape_.ops[i];
+    for (int t : op.saved) ensure(st, t, out);
     if (op.region >= 0 && !st.replayed[op.region]) {
       st.replayed[op.region] = true;
       replay(st, op.region, out);

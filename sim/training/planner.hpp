@@ -98,6 +98,13 @@ class ChunkPlanner {
   void maybe_free(MbState& st, PlanItem& it, int t) const;
   bool region_input(const OpRec& op, int t) const;
   void replay(MbState& st, int region, std::vector<PlanItem>& out) const;
+  // Recomputes the region that made t, where t is dropped after the forward (a discarding
+  // region's output) and not made again yet: before a backward or a replay that needs it.
+  void ensure(MbState& st, int t, std::vector<PlanItem>& out) const;
+  int region_of(int t) const {
+    const int p = tape_.tensors[t].producer;
+    return p < 0 ? -1 : tape_.ops[p].region;
+  }
   PlanItem run_forward_op(MbState& st, const OpRec& op, Phase phase, std::vector<int>* replay_held) const;
 
   const Tape& tape_;
@@ -117,6 +124,11 @@ class ChunkPlanner {
   }
   std::vector<int> first_op_of_region_;
   std::vector<std::vector<int>> ops_of_region_;  // each checkpointed region's ops, in order
+  // Per tensor: made in a discarding region and kept for backward outside it (dropped after the
+  // forward instead), and how many keep it there (ops outside regions that save it, regions that
+  // take it as an input): the counts its recompute restores.
+  std::vector<bool> discarded_;
+  std::vector<int> outside_saves_;
   std::vector<bool> weight_needs_;     // tensors a W pass (zero-bubble) reads
   std::vector<int> last_weight_op_;   // per tensor: the tape's first op whose W pass reads it
   // Which parameters have a gradient, one bit each (the backward plans' memo key: compared word by

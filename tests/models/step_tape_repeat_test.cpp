@@ -143,15 +143,20 @@ TEST_CASE("MLA blocks with shared experts repeat from the first MoE block past t
   TrainingSpec tr;
   tr.seq_len = 1024;
   tr.precision = *precision_recipe("bf16");
-  tr.recompute = Recompute::full;
   for (const bool sp : {false, true}) {
     INFO("sp " << sp);
+    // Full recompute without SP; with it Megatron's fine-grained modules (discarding regions).
+    tr.recompute = sp ? Recompute::selective : Recompute::full;
+    tr.recompute_modules = sp ? unsigned(kRecomputeLayernorm | kRecomputeMlaUpProj | kRecomputeMoeAct | kRecomputeCoreAttn) : 1u;
     StageSpec st;
     st.ep = 64;
     st.tp = sp ? 2 : 1;
     st.sequence_parallel = sp;
     const Tape fast = build_step_tape(model, tr, st), slow = build_step_tape(model, tr, st, false);
     same_tape(fast, slow);
+    CHECK(fast.region_discards == slow.region_discards);
+    CHECK(int(fast.region_discards.size()) == fast.regions);
+    if (sp) CHECK(std::count(fast.region_discards.begin(), fast.region_discards.end(), 1) > 0);
     // Layers 0-2 dense and 3 built op by op (3 is the template), 4-6 copied from it.
     std::size_t block_ops = 0;
     for (const OpRec& op : slow.ops) block_ops += op.layer == 3 ? 1 : 0;

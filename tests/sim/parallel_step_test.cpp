@@ -8,6 +8,7 @@
 #include "sim/training/step.hpp"
 #include "tests/sim/same_figures.hpp"
 #include "tools/io/scenario.hpp"
+#include "tools/io/simulate.hpp"
 
 using namespace scaleout;
 
@@ -576,4 +577,45 @@ TEST_CASE("pipeline_runs is checked against the plan", "[parallel][io]") {
   CHECK_NOTHROW(parse_scenario(j, "s.json"));  // 4 micro-batches a run
   j["parallelism"]["pipeline_runs"] = 6;
   CHECK_THROWS_WITH(parse_scenario(j, "s.json"), Catch::Contains("a run") && Catch::Contains("multiple of pp"));
+}
+
+TEST_CASE("Megatron's recompute modules: dropped outputs are made again for backward, and memory falls", "[parallel][recompute]") {
+  // A DeepSeek-style block on one GPU: MLA, 8 experts top 2 with a shared one, one dense layer.
+  Json j = {{"model", {{"arch", "llama"}, {"layers", 3}, {"hidden", 1024}, {"heads", 8}, {"kv_heads", 8}, {"head_dim", 64},
+                       {"ffn", 4096}, {"vocab", 1000}, {"tied_embeddings", false}, {"experts", 8}, {"top_k", 2},
+                       {"moe_ffn", 512}, {"shared_experts", 1}, {"dense_layers", 1}, {"q_lora_rank", 256},
+                       {"kv_lora_rank", 128}, {"qk_rope_dim", 32}, {"v_head_dim", 64}}},
+            {"cluster", {{"gpu", "h100-sxm"}}},
+            {"training", {{"seq_len", 4096}, {"micro_batch", 2}, {"global_batch", 2}, {"precision", "bf16"}, {"recompute", "selective"}}}};
+  auto run = [&](Json modules) {
+    Json k = j;
+    if (!modules.is_null()) k["training"]["recompute_modules"] = modules;
+    return simulate_step(step_config(parse_scenario(k, "s.json")));
+  };
+  const StepResult attn = run(nullptr), same = run(Json::array({"core_attn"}));
+  CHECK(same.peak_bytes == attn.peak_bytes);  // the default is core_attn
+  CHECK(same.step_time_s == attn.step_time_s);
+  double last_peak = attn.peak_bytes;
+  // Each discarding module drops more and recomputes more: layernorm, then the MLA up-projections,
+  // then the experts' activation.
+  Json mods = Json::array({"core_attn"});
+  for (const char* m : {"layernorm", "mla_up_proj", "moe_act"}) {
+    INFO(m);
+    mods.push_back(m);
+    const StepResult r = run(mods);
+    CHECK(r.peak_bytes < last_peak);
+    CHECK(r.recompute_s > attn.recompute_s);
+    CHECK(r.compute_s == Approx(attn.compute_s).epsilon(1e-9));  // the same forward and backward
+    last_peak = r.peak_bytes;
+  }
+  // Checkpointed submodules keep only their inputs: the MoE layer and the dense MLP.
+  const StepResult moe = run(Json::array({"moe", "mlp"}));
+  CHECK(moe.peak_bytes < attn.peak_bytes);
+  CHECK(moe.recompute_s > attn.recompute_s);
+  // Bad input.
+  j["training"]["recompute_modules"] = Json::array({"attention"});
+  CHECK_THROWS_WITH(parse_scenario(j, "s.json"), Catch::Contains("/training/recompute_modules") && Catch::Contains("core_attn"));
+  j["training"]["recompute"] = "full";
+  j["training"]["recompute_modules"] = Json::array({"moe_act"});
+  CHECK_THROWS_WITH(parse_scenario(j, "s.json"), Catch::Contains("recompute_modules") && Catch::Contains("selective"));
 }

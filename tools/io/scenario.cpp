@@ -366,6 +366,24 @@ TrainingSpec parse_training(JsonReader r) {
   t.moe_router = r.choice_or("moe_router", {"learned", "fake_balanced"}, "learned") == "fake_balanced" ? MoeRouter::fake_balanced
                                                                                                      : MoeRouter::learned;
   t.moe_grouped_gemm = r.boolean_or("moe_grouped_gemm", false);
+  if (r.has("recompute_modules")) {
+    if (t.recompute != Recompute::selective) r.fail("recompute_modules", "needs recompute \"selective\"");
+    static const std::pair<const char*, unsigned> kModules[] = {
+        {"core_attn", kRecomputeCoreAttn}, {"layernorm", kRecomputeLayernorm}, {"mla_up_proj", kRecomputeMlaUpProj},
+        {"moe_act", kRecomputeMoeAct},     {"mlp", kRecomputeMlp},             {"moe", kRecomputeMoe},
+        {"shared_experts", kRecomputeSharedExperts}};
+    t.recompute_modules = 0;
+    for (const std::string& m : r.strings_or("recompute_modules")) {
+      unsigned bit = 0;
+      for (const auto& [name, b] : kModules)
+        if (m == name) bit = b;
+      if (!bit)
+        r.fail("recompute_modules", "unknown module \"" + m + "\"; expected core_attn, layernorm, mla_up_proj, moe_act, mlp, moe or shared_experts");
+      t.recompute_modules |= bit;
+    }
+  } else {
+    r.ignore("recompute_modules");
+  }
   // Fused norm, RoPE, SwiGLU, softmax and cross-entropy kernels (Megatron, Transformer Engine,
   // Liger) or PyTorch's eager ones: the recipe's unless given.
   if (r.has("kernels")) t.precision.fused_kernels = r.choice("kernels", {"eager", "fused"}) == "fused";
