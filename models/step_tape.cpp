@@ -233,6 +233,15 @@ class Builder {
     op.outputs = {y};
     const auto t = static_cast<std::int64_t>(col ? tokens_ : base_rows);
     const double act = dtype_bytes(c);
+    if (r_.compute == Dtype::fp8 && !frozen) {
+      // Transformer Engine's FP8 linear casts its input to FP8 with its transpose (for the weight
+      // gradient) unless a LayerNormLinear made it so in the norm (Megatron's qkv and fc1), and in
+      // backward the output's gradient likewise (fp8_cast_transpose): memory-bound passes reading
+      // 16 bits and writing 8 twice. (The weights' casts are cached across micro-batches.)
+      const double in_elems = rows_override_ > 0 ? rows_override_ * double(in) * nb : elems_[xc];
+      if (xc != norm_out_) op.fwd.push_back(mem_kernel(name + ".fp8_cast", in_elems * (act + 2.0), Dtype::fp8));
+      op.bwd.push_back(mem_kernel(name + ".fp8_cast_bwd", out_tokens * double(out) * nb * (act + 2.0), Dtype::fp8));
+    }
     // Transformer Engine's userbuffers (Megatron --tp-comm-overlap, NeMo ub_tp_comm_overlap) hide
     // SP's collectives behind the linear's own GEMMs, as Megatron-Core's TransformerConfig turns
     // them on by default: forward, the all-gather runs chunk by chunk with the column GEMM
@@ -355,6 +364,7 @@ class Builder {
       op.bwd.push_back(mem_kernel(name + "_bwd", bytes(y) + 2 * bytes(xin), od));
       op.bwd.back().reduction = true;
       push(std::move(op));
+      norm_out_ = y;
       return y;
     }
     // Llama RMSNorm as Hugging Face writes it, op by op in eager mode:
@@ -370,6 +380,7 @@ class Builder {
     OpRec& last = tape_.ops.back();
     last.param = tape_.add_param(w, !t_.lora, layer_, ParamSplit::replicated);
     if (!tape_.params[last.param].trainable) last.param = -1;
+    norm_out_ = y;
     return y;
   }
 
@@ -851,6 +862,7 @@ class Builder {
   std::int64_t heads_, kv_heads_, ffn_, moe_ffn_, vocab_;  // this rank's share under tensor parallelism
   double rows_override_ = 0;  // tokens an expert's linears see (MoE)
   std::int64_t group_ = 1;    // experts a linear stands for (a grouped GEMM)
+  int norm_out_ = -1;         // the last norm's output (an FP8 LayerNormLinear casts it there)
   ParamSplit split_ = ParamSplit::tensor;  // how the next linear's weight is split (MoE: router, experts)
   Tape tape_;
   std::vector<Dtype> dtype_;

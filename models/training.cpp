@@ -13,7 +13,7 @@ std::optional<PrecisionRecipe> precision_recipe(const std::string& name) {
     r.autocast = true;
   } else if (name == "bf16") {
     r.param = r.grad = r.state = r.residual = r.compute = Dtype::bf16;
-  } else if (name == "megatron-bf16" || name == "megatron-fp16" || name == "fp8-mixed" || name == "nemo-bf16") {
+  } else if (name == "megatron-bf16" || name == "megatron-fp16" || name == "fp8-mixed" || name == "nemo-bf16" || name == "nemo-fp8") {
     // Megatron-LM: low-precision params, fp32 main grads, fp32 master copy and moments (18 B/param).
     // NeMo (1.x, through 24.x containers) runs the same model with Apex's distributed Adam, and
     // for bf16 weights and an fp32 optimizer sets store_params=False, store_param_remainders=True
@@ -22,10 +22,12 @@ std::optional<PrecisionRecipe> precision_recipe(const std::string& name) {
     // distributed optimizer NeMo keeps a full fp32 copy: the scenario sets 4 again.
     const Dtype lo = name == "megatron-fp16" ? Dtype::fp16 : Dtype::bf16;
     r.param = r.residual = lo;
-    r.compute = name == "fp8-mixed" ? Dtype::fp8 : lo;
+    r.compute = name == "fp8-mixed" || name == "nemo-fp8" ? Dtype::fp8 : lo;
     r.grad = r.state = Dtype::fp32;
     r.master_copy = true;
-    if (name == "nemo-bf16") r.master_bytes = 2.0;
+    // (NeMo's FP8 runs keep bf16 parameters, Transformer Engine casting them for each GEMM: the
+    // same optimizer, the same remainders.)
+    if (name == "nemo-bf16" || name == "nemo-fp8") r.master_bytes = 2.0;
     r.fused_kernels = true;
     r.megatron = true;
   } else {

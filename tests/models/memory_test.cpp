@@ -66,6 +66,10 @@ TEST_CASE("nemo-bf16's distributed optimizer keeps the master weights' low halve
   };
   CHECK(master_bytes(1) == 2.0);
   CHECK(master_bytes(0) == 4.0);
+  // NeMo's FP8 runs: the same bf16 parameters and optimizer, FP8 GEMMs.
+  const StepResult f = run("gpt2-xl", 512, 1, "nemo-fp8", Recompute::full);
+  CHECK(f.peak_breakdown[kOpt] == Approx(10 * f.params_total));
+  CHECK(precision_recipe("nemo-fp8")->compute == Dtype::fp8);
 }
 
 TEST_CASE("pure bf16 halves the state; SGD keeps one moment", "[models][memory]") {

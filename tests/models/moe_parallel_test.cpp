@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <tuple>
 #include <utility>
 
@@ -292,4 +293,34 @@ TEST_CASE("training.kernels overrides the recipe's kernel style", "[models][io]"
   CHECK(ropes(j) == 0);
   j["training"]["kernels"] = "triton";
   CHECK_THROWS_WITH(parse_scenario(j, "moe.json"), Catch::Contains("kernels"));
+}
+
+TEST_CASE("FP8 linears cast their inputs and output gradients, except where the norm made the input", "[models][fp8]") {
+  // Transformer Engine: a LayerNormLinear (Megatron's qkv and fc1) emits FP8 from the norm; the
+  // other linears cast their input (with its transpose: 2 + 1 + 1 bytes an element), and every
+  // linear casts its output's gradient in backward.
+  const TransformerSpec m = load_model("llama-3.2-1b");
+  TrainingSpec tr;
+  tr.seq_len = 1024;
+  tr.micro_batch = 2;
+  tr.precision = *precision_recipe("nemo-fp8");
+  StageSpec st;
+  const Tape t = build_step_tape(m, tr, st);
+  std::map<std::string, double> fwd, bwd;
+  for (const OpRec& op : t.ops)
+    if (op.layer == 1) {
+      for (const Kernel& k : op.fwd) fwd[k.name] += k.bytes;
+      for (const Kernel& k : op.bwd) bwd[k.name] += k.bytes;
+    }
+  const double tokens = 2048, h = double(m.hidden), f = double(m.ffn);
+  CHECK(fwd.count("qkv.fp8_cast") == 0);
+  CHECK(fwd.count("gate_up.fp8_cast") == 0);
+  CHECK(fwd["o.fp8_cast"] == Approx(tokens * double(m.q_width()) * 4));
+  CHECK(fwd["down.fp8_cast"] == Approx(tokens * f * 4));
+  CHECK(bwd["qkv.fp8_cast_bwd"] == Approx(tokens * double(m.q_width() + 2 * m.kv_width()) * 4));
+  CHECK(bwd["down.fp8_cast_bwd"] == Approx(tokens * h * 4));
+  // Not under BF16.
+  tr.precision = *precision_recipe("nemo-bf16");
+  for (const OpRec& op : build_step_tape(m, tr, st).ops)
+    for (const Kernel& k : op.fwd) CHECK(k.name.find("fp8_cast") == std::string::npos);
 }

@@ -348,7 +348,7 @@ TrainingSpec parse_training(JsonReader r) {
   t.micro_batch = r.integer_or("micro_batch", 1, 1, 1 << 20);
   t.global_batch = r.integer_or("global_batch", t.micro_batch, 1, std::int64_t(1) << 32);
   const std::string prec = r.choice_or("precision", {"bf16-mixed", "fp16-mixed", "bf16", "megatron-bf16",
-                                                     "megatron-fp16", "fp8-mixed", "nemo-bf16"}, "bf16-mixed");
+                                                     "megatron-fp16", "fp8-mixed", "nemo-bf16", "nemo-fp8"}, "bf16-mixed");
   t.precision = *precision_recipe(prec);
   const std::string opt = r.choice_or("optimizer", {"adamw", "sgd", "adafactor", "adamw-8bit"}, "adamw");
   t.optimizer = opt == "adamw" ? Optimizer::adamw : opt == "sgd" ? Optimizer::sgd
@@ -565,7 +565,8 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
   const Parallelism& p = s.parallelism;
   // NeMo keeps the master weights' low halves in its distributed optimizer only; without it
   // (MainParamsOptimizerWrapper) a full fp32 copy.
-  if (s.training.precision.name == "nemo-bf16" && p.zero == 0) s.training.precision.master_bytes = 4.0;
+  if ((s.training.precision.name == "nemo-bf16" || s.training.precision.name == "nemo-fp8") && p.zero == 0)
+    s.training.precision.master_bytes = 4.0;
   const std::int64_t prod = p.dp * p.tp * p.pp * p.cp;
   if (prod != s.gpus())
     r.fail("parallelism", "dp*tp*pp*cp = " + std::to_string(prod) + " but the cluster has " +
