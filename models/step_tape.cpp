@@ -589,16 +589,6 @@ class Builder {
     return ew("residual2", {x2, d}, elems_[x], rd);
   }
 
-  // Mixture of experts (Megatron-Core's all-to-all token dispatcher): a router, then each token
-  // through top_k experts; each expert's GEMMs see its share of the routed tokens (balanced
-  // routing, times the capacity factor). Expert parallelism: experts / ep experts per rank, the
-  // routed tokens reaching them by an all-to-all (dispatch) and coming back by another (combine),
-  // forward and backward. Under tensor parallelism each expert is split like the dense MLP
-  // (column-parallel gate and up, row-parallel down: Megatron's expert tensor-parallel size
-  // defaults to the TP size): with sequence parallelism every TP rank routes its s/tp tokens, the
-  // dispatched tokens are all-gathered over the TP group and the experts' partial outputs
-  // reduce-scattered back (backward: the reverse); without it every TP rank routes the whole
-  // sequence, the partial outputs are all-reduced and so is the experts' input gradient.
   // Rows of a token that cross the EP all-to-all: one per expert with the all-to-all dispatcher;
   // with DeepEP one per rank holding any of its experts: under a learned (balanced) router the
   // expected number of the ep ranks (of `local` experts each) that top_k experts drawn uniformly
@@ -613,6 +603,16 @@ class Builder {
     return double(ep) * (1.0 - none);
   }
 
+  // Mixture of experts (Megatron-Core's all-to-all token dispatcher): a router, then each token
+  // through top_k experts; each expert's GEMMs see its share of the routed tokens (balanced
+  // routing, times the capacity factor). Expert parallelism: experts / ep experts per rank, the
+  // routed tokens reaching them by an all-to-all (dispatch) and coming back by another (combine),
+  // forward and backward. Under tensor parallelism each expert is split like the dense MLP
+  // (column-parallel gate and up, row-parallel down: Megatron's expert tensor-parallel size
+  // defaults to the TP size): with sequence parallelism every TP rank routes its s/tp tokens, the
+  // dispatched tokens are all-gathered over the TP group and the experts' partial outputs
+  // reduce-scattered back (backward: the reverse); without it every TP rank routes the whole
+  // sequence, the partial outputs are all-reduced and so is the experts' input gradient.
   int moe(int x2, int n2) {
     const std::int64_t h = m_.hidden, e = m_.experts, local = std::max<std::int64_t>(1, e / st_.ep);
     const std::int64_t f = moe_ffn_;
