@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+# Random plans with session 19's options (MLA, shared experts, dense first layers, DeepEP and
+# the fake balanced gate, grouped expert GEMMs, FP8 recipes, fused kernels, Megatron's recompute
+# modules, pipeline_runs) on top of plans.py's draws (a second generator, so plans.py's seeds
+# keep their plans): folded against unfolded (mode fold: with a straggler and/or link faults) or
+# extended against exact (mode ext). Prints each plan whose reports differ, and a summary.
+#
+#   python3 tools/check/new_options_compare.py BUILD/scaleout SEED SECONDS fold|ext
+#
+# Session 19: seed 5 fold, 6 min: 5,351 valid plans, none different; seed 6 ext: 8,408, none.
+import json, os, random, sys, time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plans import random_plan, run_pair, compare
+BIN, seed, budget, mode = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+rng = random.Random(seed); r2 = random.Random(seed + 1000)
+t0 = time.time(); n = 0; stats = {}
+os.makedirs('/tmp/nc', exist_ok=True)
+while time.time() - t0 < budget:
+    n += 1
+    sc, links, G, fabric = random_plan(rng, [2, 4, 8] if mode == 'fold' else [48, 64, 96])
+    m = sc['model']; t = sc['training']; p = sc['parallelism']
+    if r2.random() < 0.5:
+        m.update({'kv_lora_rank': 128, 'qk_rope_dim': 32, 'head_dim': 64, 'v_head_dim': 64, 'q_lora_rank': r2.choice([0, 256])})
+    if m.get('experts', 1) > 1:
+        if r2.random() < 0.5: m.update({'moe_ffn': 1024, 'shared_experts': 1})
+        if r2.random() < 0.3 and m['layers'] > 2: m['dense_layers'] = 1
+        t['moe_dispatcher'] = r2.choice(['alltoall', 'deepep']); t['moe_router'] = r2.choice(['learned', 'fake_balanced'])
+        t['moe_grouped_gemm'] = r2.random() < 0.5
+    t['precision'] = r2.choice(['bf16-mixed', 'bf16', 'nemo-fp8', 'megatron-bf16'])
+    if r2.random() < 0.3: t['kernels'] = 'fused'
+    if r2.random() < 0.5:
+        t['recompute'] = 'selective'
+        t['recompute_modules'] = r2.sample(['core_attn', 'layernorm', 'mla_up_proj', 'moe_act', 'mlp', 'moe', 'shared_experts'], r2.randint(1, 4))
+    mbs = t['global_batch'] // (t['micro_batch'] * p['dp'])
+    if p['pp'] > 1 and p.get('pipeline_p2p') != 'blocking' and r2.random() < 0.3:
+        for k in (2, 4):
+            per = mbs // k
+            if mbs % k == 0 and (p.get('pp_schedule') != 'interleaved' or per % p['pp'] == 0): p['pipeline_runs'] = k; break
+    faults = {}
+    if mode == 'fold':
+        if links: faults['links'] = links
+        if r2.random() < 0.5 or not links: faults['stragglers'] = [{'gpu': r2.randrange(G), 'slowdown': r2.choice([1.1, 1.3])}]
+    sc['faults'] = faults
+    sc['cluster']['gpu'] = r2.choice(['h100-sxm', 'a100-80g'])
+    f = '/tmp/nc/s%d_%d.json' % (seed, n); json.dump(sc, open(f, 'w'))
+    net = r2.choice(['analytic', 'flow'])
+    if mode == 'fold':
+        a, b = ['simulation.fold=on', 'simulation.network=' + net], ['simulation.fold=off', 'simulation.network=' + net]
+    else:
+        a, b = ['simulation.extrapolate=on', 'simulation.network=' + net], ['simulation.extrapolate=off', 'simulation.network=' + net]
+    pair = run_pair(BIN, f, a, b)
+    if pair is None: stats['invalid'] = stats.get('invalid', 0) + 1; continue
+    out = []
+    compare(pair[0], pair[1], '', out, ('events', 'event_fingerprint', 'simulated_ranks', 'waited_for_gpu', 'simulated_micro_batches', 'kernels'), 1e-12)
+    k = ('diff' if out else 'same') + '_' + net
+    stats[k] = stats.get(k, 0) + 1
+    if out: print('DIFF', net, f, len(out), out[:3], flush=True)
+print('SUMMARY', mode, n, stats, flush=True)
