@@ -196,7 +196,8 @@ class Builder {
     const bool frozen = !tape_.params[param].trainable;
     // An expert's linear sees only its rows of the dispatched tokens (rows_override_), and
     // autocast casts that slice, once per linear: not the whole buffer of every local expert.
-    int xc = r_.autocast ? cast(x, c, rows_override_ > 0 ? rows_override_ * double(in) * nb : 0) : x;
+    const double x_elems = rows_override_ > 0 ? rows_override_ * double(in) * nb : elems_[x];
+    int xc = r_.autocast ? cast(x, c, x_elems) : x;
     OpRec op;
     op.inputs = {xc};
     op.saved = {xc};
@@ -238,8 +239,7 @@ class Builder {
       // gradient) unless a LayerNormLinear made it so in the norm (Megatron's qkv and fc1), and in
       // backward the output's gradient likewise (fp8_cast_transpose): memory-bound passes reading
       // 16 bits and writing 8 twice. (The weights' casts are cached across micro-batches.)
-      const double in_elems = rows_override_ > 0 ? rows_override_ * double(in) * nb : elems_[xc];
-      if (xc != norm_out_) op.fwd.push_back(mem_kernel(name + ".fp8_cast", in_elems * (act + 2.0), Dtype::fp8));
+      if (xc != norm_out_) op.fwd.push_back(mem_kernel(name + ".fp8_cast", x_elems * (act + 2.0), Dtype::fp8));
       op.bwd.push_back(mem_kernel(name + ".fp8_cast_bwd", out_tokens * double(out) * nb * (act + 2.0), Dtype::fp8));
     }
     // Transformer Engine's userbuffers (Megatron --tp-comm-overlap, NeMo ub_tp_comm_overlap) hide

@@ -26,18 +26,14 @@ ParamCounts count_params(const TransformerSpec& m, std::int64_t seq_len_for_posi
   const double norms = gpt ? 4 * h : 2 * h;
   const double router = m.experts > 1 ? h * double(m.experts) : 0.0;
   const double shared = expert * double(m.shared_experts);
-  const double dense_all = attn + mlp_one + norms, dense_active = dense_all;
+  const double dense = attn + mlp_one + norms;
   const double moe_all = attn + expert * double(m.experts) + shared + norms + router;
   const double moe_active = attn + expert * double(m.top_k) + shared + norms + router;
-  if (m.experts > 1) {
-    const double L = double(std::max<std::int64_t>(1, m.layers));
-    const double d = double(std::min(m.dense_layers, m.layers)), e = L - d;
-    p.per_layer = (d * dense_all + e * moe_all) / L;
-    p.per_layer_active = (d * dense_active + e * moe_active) / L;
-  } else {
-    p.per_layer = dense_all;
-    p.per_layer_active = dense_active;
-  }
+  // The mean over the layers: the first dense_layers (all of them without experts) dense.
+  const double L = double(std::max<std::int64_t>(1, m.layers));
+  const double d = m.experts > 1 ? double(std::min(m.dense_layers, m.layers)) : L, e = L - d;
+  p.per_layer = (d * dense + e * moe_all) / L;
+  p.per_layer_active = (d * dense + e * moe_active) / L;
   p.final_norm = gpt ? 2 * h : h;
   p.layers = m.layers;
   return p;

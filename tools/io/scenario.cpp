@@ -563,9 +563,9 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
   if (r.has("parallelism")) s.parallelism = parse_parallelism(r.object("parallelism"));
   else r.ignore("parallelism");
   const Parallelism& p = s.parallelism;
-  // NeMo keeps the master weights' low halves in its distributed optimizer only; without it
-  // (MainParamsOptimizerWrapper) a full fp32 copy.
-  if ((s.training.precision.name == "nemo-bf16" || s.training.precision.name == "nemo-fp8") && p.zero == 0)
+  // A master copy kept as the low halves of fp32 weights (NeMo's recipes) lives in the distributed
+  // optimizer only; without it (MainParamsOptimizerWrapper) a full fp32 copy.
+  if (s.training.precision.master_copy && s.training.precision.master_bytes < 4.0 && p.zero == 0)
     s.training.precision.master_bytes = 4.0;
   const std::int64_t prod = p.dp * p.tp * p.pp * p.cp;
   if (prod != s.gpus())
