@@ -47,7 +47,8 @@ class Builder {
         continue;
       }
       const Mark before = mark();
-      if (t_.recompute == Recompute::full) region_ = new_region(false);
+      if (t_.recompute == Recompute::full || t_.recompute == Recompute::op) region_ = new_region(false);
+      mm_count_ = 0;
       const int in = x;
       x = block(x);
       region_ = -1;
@@ -296,6 +297,10 @@ class Builder {
       if (bias) op.bwd.push_back(mem_kernel(name + "_bgrad", out_tokens * double(out) * nb * act, c));
     }
     tape_.tensors[y].requires_grad = !frozen || needs_grad(xc);
+    // torchtitan's op policy stores every second aten.mm's output of a block, counted from the
+    // first (the experts' grouped GEMMs and FP8's scaled GEMMs are not aten.mm: recomputed).
+    if (t_.recompute == Recompute::op && region_ >= 0 && split_ != ParamSplit::expert && r_.compute != Dtype::fp8)
+      op.keep_output = ++mm_count_ % 2 == 1;
     push(std::move(op));
     if (t_.lora && lora_target(name)) return lora(name, x, y, in, out);
     return y;
@@ -470,6 +475,8 @@ class Builder {
       }
       op.fwd.push_back(kf);
       op.bwd.push_back(kb);
+      // (torchtitan's op policy stores flash attention's outputs.)
+      op.keep_output = t_.recompute == Recompute::op && region_ >= 0;
       // FlashAttention-2's backward accumulates dQ in fp32 and keeps a row statistic per query.
       op.bwd_workspace_bytes += tokens_ * heads * double(m_.qk_dim()) * 4 + b * heads * s * 4;
       push(std::move(op));
@@ -777,7 +784,10 @@ class Builder {
     }
     // F.cross_entropy = log_softmax + nll_loss. Autocast runs log_softmax with dtype=float32 on
     // the bf16 logits (no separate fp32 copy); its backward writes the bf16 gradient directly
-    // (_log_softmax_backward_data's input_dtype).
+    // (_log_softmax_backward_data's input_dtype). Without autocast some frameworks upcast the
+    // logits first (torchtitan's loss: cross_entropy(pred.float(), ...); Hugging Face's
+    // ForCausalLMLoss: logits.float()), an fp32 copy the log-softmax reads: upcast_logits.
+    if (!r_.autocast && t_.upcast_logits) logits = cast(logits, Dtype::fp32);
     const Dtype ld = r_.autocast ? Dtype::fp32 : dtype_[logits];
     const int ls = ew("log_softmax", {logits}, tokens_ * v, ld, {}, true);
     ew("nll_loss", {ls}, 1, Dtype::fp32);
@@ -869,6 +879,7 @@ class Builder {
   std::vector<double> elems_;
   int layer_ = -1;
   int region_ = -1;
+  int mm_count_ = 0;  // aten.mm calls in this block so far (torchtitan's op policy)
   int emb_param_ = -1;
   bool lora_depth_ = false;
   bool repeat_layers_ = true;

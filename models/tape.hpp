@@ -52,6 +52,9 @@ struct OpRec {
   int param = -1;                 // parameter whose gradient this op's backward produces
   double bwd_workspace_bytes = 0;  // scratch allocated for the backward kernels only
   double fwd_workspace_bytes = 0;  // scratch allocated for the forward kernels only
+  // In a checkpointed region: the outputs are stored by the forward and handed to the recompute,
+  // which does not run the op (torch selective checkpointing's CheckpointPolicy.MUST_SAVE).
+  bool keep_output = false;
 };
 
 struct Tape {

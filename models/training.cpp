@@ -11,6 +11,12 @@ std::optional<PrecisionRecipe> precision_recipe(const std::string& name) {
     r.param = r.grad = r.state = r.residual = Dtype::fp32;
     r.compute = name == "bf16-mixed" ? Dtype::bf16 : Dtype::fp16;
     r.autocast = true;
+  } else if (name == "fsdp-bf16") {
+    // FSDP's MixedPrecision(param_dtype=bf16, reduce_dtype=fp32) without autocast, as torchtitan
+    // runs FSDP2: fp32 sharded weights, gradients and moments (16 bytes/param with Adam, sharded);
+    // the weights gathered in bf16, so activations and the residual stream are bf16 throughout.
+    r.param = r.grad = r.state = Dtype::fp32;
+    r.compute = r.residual = Dtype::bf16;
   } else if (name == "bf16") {
     r.param = r.grad = r.state = r.residual = r.compute = Dtype::bf16;
   } else if (name == "megatron-bf16" || name == "megatron-fp16" || name == "fp8-mixed" || name == "nemo-bf16" || name == "nemo-fp8") {

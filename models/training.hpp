@@ -8,7 +8,14 @@
 
 namespace scaleout {
 
-enum class Recompute : std::uint8_t { none, selective, full };
+// none; selective: Megatron's (core attention, or its --recompute-modules); full: every block
+// checkpointed, its input kept; op: torch's selective activation checkpointing with torchtitan's
+// op policy (every block checkpointed, but the outputs of flash attention and of every second
+// matmul, the 1st, 3rd, ... of the block, stored by the forward and handed to the recompute).
+enum class Recompute : std::uint8_t { none, selective, full, op };
+inline const char* recompute_name(Recompute r) {
+  return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : r == Recompute::full ? "full" : "op";
+}
 enum class AttentionImpl : std::uint8_t { flash, naive };
 enum class Optimizer : std::uint8_t { adamw, sgd, adafactor, adamw_8bit };
 enum class OptimizerImpl : std::uint8_t { foreach_, fused };
@@ -85,6 +92,8 @@ struct TrainingSpec {
   // Under selective recompute, what is recomputed (Megatron-Core's --recompute-modules), a mask of
   // RecomputeModule bits; core_attn alone by default (Megatron's selective recompute).
   unsigned recompute_modules = 1;
+  // Without autocast, the logits cast to fp32 before the loss (torchtitan, Hugging Face's loss).
+  bool upcast_logits = false;
   std::optional<LoraSpec> lora;
 };
 

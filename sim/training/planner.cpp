@@ -178,6 +178,12 @@ PlanItem ChunkPlanner::run_forward_op(MbState& st, const OpRec& op, Phase phase,
         keep.push_back(t);
         if (!discarded_[t]) ++st.saved[t];
       }
+    // What the selective checkpoint's policy stores stays with the region's inputs.
+    if (op.keep_output)
+      for (int t : op.outputs) {
+        keep.push_back(t);
+        ++st.saved[t];
+      }
   }
   // The stage output is sent on; the planner releases it when the pass ends.
   for (int t : op.inputs) maybe_free(st, it, t);
@@ -241,10 +247,19 @@ void ChunkPlanner::replay(MbState& st, int region, std::vector<PlanItem>& out) c
   for (int i : ops)
     for (int t : tape_.ops[i].inputs)
       if (region_input(tape_.ops[i], t)) ensure(st, t, out);
-  for (int i : ops)
-    for (int t : tape_.ops[i].inputs) ++st.uses[t];
+  // An op whose outputs the forward stored is not run again (nor are its inputs used up), but its
+  // backward still needs what it saves, which the replay makes: counted before the replay starts.
+  for (int i : ops) {
+    const OpRec& op = tape_.ops[i];
+    if (op.keep_output) {
+      for (int t : op.saved) ++st.saved[t];
+    } else {
+      for (int t : op.inputs) ++st.uses[t];
+    }
+  }
   std::vector<int> held;
-  for (int i : ops) out.push_back(run_forward_op(st, tape_.ops[i], Phase::recompute, &held));
+  for (int i : ops)
+    if (!tape_.ops[i].keep_output) out.push_back(run_forward_op(st, tape_.ops[i], Phase::recompute, &held));
   for (int t : held) {
     st.held[t] = false;
     maybe_free(st, out.back(), t);

@@ -2,8 +2,11 @@
 // each technique must move the peak.
 #include <catch2/catch.hpp>
 
+#include "models/step_tape.hpp"
 #include "sim/training/single_gpu_step.hpp"
+#include "sim/training/step.hpp"
 #include "tools/io/scenario.hpp"
+#include "tools/io/simulate.hpp"
 
 using namespace scaleout;
 
@@ -126,4 +129,83 @@ TEST_CASE("the step time is at least the model FLOPs at peak rate", "[models]") 
   const StepResult r = run("llama-2-7b", 2048, 1, "bf16", Recompute::none);
   CHECK(r.mfu > 0.2);
   CHECK(r.mfu < 0.8);
+}
+
+TEST_CASE("torchtitan's op policy keeps attention and every second matmul of a block, recomputing the rest", "[models][memory]") {
+  // The tape: in each eager Llama block the 1st, 3rd, 5th and 7th aten.mm (q, v, gate, down) and
+  // flash attention keep their outputs; nothing outside the blocks does.
+  const TransformerSpec m = load_model("llama-3.2-1b");
+  TrainingSpec tr;
+  tr.seq_len = 1024;
+  tr.micro_batch = 2;
+  tr.precision = *precision_recipe("bf16");
+  tr.recompute = Recompute::op;
+  const Tape tape = build_step_tape(m, tr);
+  std::vector<int> kept(std::size_t(m.layers), 0);
+  double kept_bytes = 0;
+  for (const OpRec& op : tape.ops) {
+    if (!op.keep_output) continue;
+    REQUIRE(op.layer >= 0);
+    REQUIRE(op.region >= 0);
+    ++kept[std::size_t(op.layer)];
+    if (op.layer == 1)
+      for (int t : op.outputs) kept_bytes += tape.tensors[std::size_t(t)].bytes;
+  }
+  for (int k : kept) CHECK(k == 5);
+  // q (h), v (kv heads), gate (ffn), down (h) and the attention output (h), bf16, plus the
+  // attention's fp32 row statistics.
+  const double tokens = 2.0 * 1024.0, h = double(m.hidden), kv = double(m.kv_heads * m.hd()), f = double(m.ffn);
+  CHECK(kept_bytes == Approx(tokens * (3 * h + kv + f) * 2 + 2.0 * double(m.heads) * 1024.0 * 4));
+  // The step: memory between no recompute and full, recompute time below full's, the same
+  // forward and backward; the peak above full's by about the kept outputs of every block.
+  const StepResult none = run("llama-3.2-1b", 4096, 4, "bf16", Recompute::none);
+  const StepResult op = run("llama-3.2-1b", 4096, 4, "bf16", Recompute::op);
+  const StepResult full = run("llama-3.2-1b", 4096, 4, "bf16", Recompute::full);
+  CHECK(none.peak_bytes > op.peak_bytes);
+  CHECK(op.peak_bytes > full.peak_bytes);
+  CHECK(op.recompute_s > 0);
+  CHECK(op.recompute_s < full.recompute_s);
+  CHECK(op.compute_s == Approx(full.compute_s).epsilon(1e-9));
+  const double kept_step = kept_bytes * 8.0 * double(m.layers);  // 4 x 4096 tokens against 2 x 1024
+  CHECK(op.peak_bytes - full.peak_bytes == Approx(kept_step).epsilon(0.15));
+}
+
+TEST_CASE("fsdp-bf16: FSDP2's mixed precision keeps fp32 shards and computes in bf16 without autocast", "[models][memory]") {
+  Json j = {{"model", "llama-3.2-1b"},
+            {"cluster", {{"gpu", "h100-sxm"}, {"nodes", 1}, {"gpus_per_node", 8}}},
+            {"training", {{"seq_len", 2048}, {"micro_batch", 1}, {"global_batch", 8}, {"precision", "fsdp-bf16"}, {"recompute", "op"}}},
+            {"parallelism", {{"dp", 8}, {"fsdp", "full_shard"}}}};
+  const Scenario s = parse_scenario(j, "tt.json");
+  CHECK(s.training.precision.param == Dtype::fp32);
+  CHECK(s.training.precision.residual == Dtype::bf16);
+  CHECK_FALSE(s.training.precision.autocast);
+  CHECK(s.training.upcast_logits);  // torchtitan's loss upcasts the logits
+  const StepResult r = simulate_step(step_config(s));
+  // 4 bytes of fp32 weights and 8 of moments per parameter, over 8 GPUs.
+  CHECK(r.peak_breakdown[kParams] == Approx(4.0 * r.params_total / 8).epsilon(0.01));
+  CHECK(r.peak_breakdown[kOpt] == Approx(8.0 * r.params_total / 8).epsilon(0.01));
+  // No weight is cast (FSDP gathers them in bf16) and no activation outside the norms' own fp32
+  // arithmetic, except the logits for the loss; without the upcast, not those either.
+  StageSpec gathered;
+  gathered.weights_gathered_in_compute_dtype = true;
+  auto casts = [&](const TrainingSpec& t, int layer) {
+    int n = 0;
+    for (const OpRec& op : build_step_tape(s.model, t, gathered).ops)
+      for (const Kernel& k : op.fwd) {
+        CHECK(k.name.find("w_cast") == std::string::npos);
+        n += op.layer == layer && k.name.rfind("to_", 0) == 0 && k.name.find("norm") == std::string::npos ? 1 : 0;
+      }
+    return n;
+  };
+  TrainingSpec plain = s.training;
+  plain.upcast_logits = false;
+  CHECK(casts(s.training, -1) == casts(plain, -1) + 1);
+  CHECK(casts(s.training, 3) == casts(plain, 3));
+  const StepResult lean = simulate_step(step_config(parse_scenario(
+      [&] { Json k = j; k["training"]["upcast_logits"] = false; return k; }(), "tt.json")));
+  CHECK(lean.peak_bytes < r.peak_bytes);
+  // Its weights are gathered in bf16 by FSDP: without FSDP it is an error naming the field.
+  j["parallelism"] = {{"dp", 8}};
+  CHECK_THROWS_WITH(parse_scenario(j, "tt.json"), Catch::Contains("tt.json") && Catch::Contains("/training/precision") &&
+                                                      Catch::Contains("fsdp"));
 }

@@ -65,6 +65,7 @@ void same_tape(const Tape& a, const Tape& b) {
     CHECK(x.param == y.param);
     CHECK(x.bwd_workspace_bytes == y.bwd_workspace_bytes);
     CHECK(x.fwd_workspace_bytes == y.fwd_workspace_bytes);
+    CHECK(x.keep_output == y.keep_output);
     same_kernels(x.fwd, y.fwd);
     same_kernels(x.bwd, y.bwd);
   }
@@ -102,6 +103,8 @@ TEST_CASE("blocks repeated from the second are the tape built op by op", "[tape]
       {"llama-3.2-1b", "bf16-mixed", Recompute::full, AttentionImpl::flash, true, true, whole},
       {"llama-3.2-1b", "bf16-mixed", Recompute::none, AttentionImpl::flash, false, false, gathered},
       {"llama-3.2-1b", "bf16-mixed", Recompute::none, AttentionImpl::flash, false, false, lone},
+      {"llama-3.2-1b", "fsdp-bf16", Recompute::op, AttentionImpl::flash, false, false, gathered},
+      {"llama-3.2-1b", "bf16-mixed", Recompute::op, AttentionImpl::flash, true, false, tp_sp},
       {"gpt2", "fp16-mixed", Recompute::none, AttentionImpl::naive, false, false, whole},
       {"gpt2", "megatron-fp16", Recompute::selective, AttentionImpl::flash, false, false, middle},
       {"mixtral-8x7b", "bf16-mixed", Recompute::full, AttentionImpl::flash, false, false, cp_ep},

@@ -51,7 +51,8 @@ std::string label_of(const Scenario& s) {
   if (p.zero > 0) l += " zero" + std::to_string(p.zero);
   if (!p.fsdp.empty()) l += " fsdp:" + p.fsdp;
   l += " mb" + std::to_string(s.training.micro_batch);
-  l += s.training.recompute == Recompute::none ? " no-recompute" : s.training.recompute == Recompute::selective ? " selective" : " full-recompute";
+  l += s.training.recompute == Recompute::none ? " no-recompute" : s.training.recompute == Recompute::full ? " full-recompute"
+                                                                                                          : std::string(" ") + recompute_name(s.training.recompute);
   return l;
 }
 
@@ -246,7 +247,7 @@ Json plan_json(const Candidate& c, int rank) {
             {"zero", p.zero},
             {"fsdp", p.fsdp.empty() ? "none" : p.fsdp},
             {"micro_batch", c.s.training.micro_batch},
-            {"recompute", c.s.training.recompute == Recompute::none ? "none" : c.s.training.recompute == Recompute::selective ? "selective" : "full"},
+            {"recompute", recompute_name(c.s.training.recompute)},
             {"tokens_per_s", c.r.tokens_per_s},
             {"mfu", c.r.mfu},
             {"step_time_s", c.r.step_time_s},

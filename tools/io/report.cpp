@@ -26,9 +26,6 @@ std::string human_time(double s) {
   if (s < 3 * 86400) return fmt("%.1f h", s / 3600);
   return fmt("%.1f days", s / 86400);
 }
-const char* recompute_name(Recompute r) {
-  return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
-}
 }  // namespace
 
 Json result_json(const Scenario& s, const StepResult& r, double baseline_tokens_per_s) {

@@ -348,15 +348,15 @@ TrainingSpec parse_training(JsonReader r) {
   t.micro_batch = r.integer_or("micro_batch", 1, 1, 1 << 20);
   t.global_batch = r.integer_or("global_batch", t.micro_batch, 1, std::int64_t(1) << 32);
   const std::string prec = r.choice_or("precision", {"bf16-mixed", "fp16-mixed", "bf16", "megatron-bf16",
-                                                     "megatron-fp16", "fp8-mixed", "nemo-bf16", "nemo-fp8"}, "bf16-mixed");
+                                                     "megatron-fp16", "fp8-mixed", "nemo-bf16", "nemo-fp8", "fsdp-bf16"}, "bf16-mixed");
   t.precision = *precision_recipe(prec);
   const std::string opt = r.choice_or("optimizer", {"adamw", "sgd", "adafactor", "adamw-8bit"}, "adamw");
   t.optimizer = opt == "adamw" ? Optimizer::adamw : opt == "sgd" ? Optimizer::sgd
               : opt == "adafactor" ? Optimizer::adafactor : Optimizer::adamw_8bit;
   t.optimizer_impl = r.choice_or("optimizer_impl", {"foreach", "fused"}, "foreach") == "fused" ? OptimizerImpl::fused
                                                                                                 : OptimizerImpl::foreach_;
-  const std::string rc = r.choice_or("recompute", {"none", "selective", "full"}, "none");
-  t.recompute = rc == "none" ? Recompute::none : rc == "selective" ? Recompute::selective : Recompute::full;
+  const std::string rc = r.choice_or("recompute", {"none", "selective", "full", "op"}, "none");
+  t.recompute = rc == "none" ? Recompute::none : rc == "selective" ? Recompute::selective : rc == "full" ? Recompute::full : Recompute::op;
   t.attention = r.choice_or("attention", {"flash", "naive"}, "flash") == "flash" ? AttentionImpl::flash
                                                                                  : AttentionImpl::naive;
   t.dropout = r.number_or("dropout", 0.0, 0.0, 0.99);
@@ -366,6 +366,7 @@ TrainingSpec parse_training(JsonReader r) {
   t.moe_router = r.choice_or("moe_router", {"learned", "fake_balanced"}, "learned") == "fake_balanced" ? MoeRouter::fake_balanced
                                                                                                      : MoeRouter::learned;
   t.moe_grouped_gemm = r.boolean_or("moe_grouped_gemm", false);
+  t.upcast_logits = r.boolean_or("upcast_logits", prec == "fsdp-bf16");
   if (r.has("recompute_modules")) {
     if (t.recompute != Recompute::selective) r.fail("recompute_modules", "needs recompute \"selective\"");
     static const std::pair<const char*, unsigned> kModules[] = {
@@ -567,6 +568,9 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
   // optimizer only; without it (MainParamsOptimizerWrapper) a full fp32 copy.
   if (s.training.precision.master_copy && s.training.precision.master_bytes < 4.0 && p.zero == 0)
     s.training.precision.master_bytes = 4.0;
+  // FSDP's mixed precision computes from the weights it gathers in bf16: there must be a gather.
+  if (s.training.precision.name == "fsdp-bf16" && p.fsdp != "full_shard" && p.fsdp != "shard_grad_op" && p.fsdp != "hybrid_shard")
+    r.fail("training/precision", "\"fsdp-bf16\" needs parallelism.fsdp full_shard, shard_grad_op or hybrid_shard (its weights are gathered in bf16)");
   const std::int64_t prod = p.dp * p.tp * p.pp * p.cp;
   if (prod != s.gpus())
     r.fail("parallelism", "dp*tp*pp*cp = " + std::to_string(prod) + " but the cluster has " +
