@@ -309,7 +309,7 @@ class Builder {
   bool lora_target(const std::string& name) const {
     if (!t_.lora) return false;
     const bool attn = name == "q" || name == "k" || name == "v" || name == "o" || name == "qkv" || name == "proj";
-    const bool mlp = name == "gate" || name == "up" || name == "down" || name == "fc1" || name == "fc2";
+    const bool mlp = name == "gate" || name == "up" || name == "gate_up" || name == "down" || name == "fc1" || name == "fc2";
     return attn || (t_.lora->all_linear && mlp);
   }
   bool trainable(const std::string& name) const { return !t_.lora; (void)name; }
@@ -556,18 +556,20 @@ class Builder {
     int q, k, v;
     if (m_.mla()) {
       mla_qkv(n1, q, k, v);
-    } else if (r_.fused_kernels) {
+    } else if (r_.megatron) {
       // Megatron: one fused QKV projection; q, k, v are views of it.
       const int qkv = linear("qkv", n1, h, qw + 2 * kvw, false, Par::column);
       q = rope("q", qkv);
       k = v = q;
     } else {
+      // Hugging Face, torchtitan, NeMo AutoModel: q, k and v projected apart (with fused kernels
+      // too: those fuse the elementwise ops, not the GEMMs).
       q = linear("q", n1, h, qw, false, Par::column);
       k = linear("k", n1, h, kvw, false, Par::column);
       v = linear("v", n1, h, kvw, false, Par::column);
       q = rope("q", q);
       k = rope("k", k);
-      if (kv_heads_ < heads_) {
+      if (kv_heads_ < heads_ && !r_.fused_kernels) {
         // Eager GQA (Hugging Face repeat_kv): k and v expanded to every query head.
         k = ew("k.repeat_kv", {k}, tokens_ * double(qw), dtype_[k]);
         v = ew("v.repeat_kv", {v}, tokens_ * double(qw), dtype_[v]);
@@ -581,14 +583,20 @@ class Builder {
     if (m_.moe_layer(layer_)) return in_module(kRecomputeMoe, false, [&] { return moe(x2, n2); });
     int d = in_module(kRecomputeMlp, false, [&] {
       int a;
-      if (r_.fused_kernels) {
+      if (r_.megatron) {
+        // Megatron's linear_fc1: gate and up as one GEMM.
         const int gu = linear("gate_up", n2, h, 2 * f, false, Par::column);
-        a = ew("swiglu", {gu}, elems_[gu] / 2, dtype_[gu], {gu});
+        a = r_.fused_kernels ? ew("swiglu", {gu}, elems_[gu] / 2, dtype_[gu], {gu})
+                             : ew("swiglu_mul", {gu}, elems_[gu] / 2, dtype_[gu], {gu}, false, 3);
       } else {
         const int g = linear("gate", n2, h, f, false, Par::column);
         const int u = linear("up", n2, h, f, false, Par::column);
-        const int sg = ew("silu", {g}, elems_[g], dtype_[g], {g});
-        a = ew("swiglu_mul", {sg, u}, elems_[g], dtype_[g], {sg, u});
+        if (r_.fused_kernels) {
+          a = ew("swiglu", {g, u}, elems_[g], dtype_[g], {g, u});
+        } else {
+          const int sg = ew("silu", {g}, elems_[g], dtype_[g], {g});
+          a = ew("swiglu_mul", {sg, u}, elems_[g], dtype_[g], {sg, u});
+        }
       }
       return linear("down", a, f, h, false, Par::row);
     });
@@ -765,7 +773,8 @@ class Builder {
       logits = linear("lm_head", n, h, vocab_, false, Par::column);
       split_ = ParamSplit::tensor;
     }
-    if (r_.fused_kernels || tp()) {
+    const bool upcast = t_.upcast_logits && !r_.autocast;
+    if ((r_.fused_kernels || tp()) && !upcast) {
       // Megatron's (vocabulary-parallel) cross-entropy: the fp32 softmax is kept for backward,
       // whose gradient is written in place of it; max, sum and target logit are all-reduced.
       const int sm = tensor(tokens_ * v, Dtype::fp32, false);
@@ -786,10 +795,15 @@ class Builder {
     // the bf16 logits (no separate fp32 copy); its backward writes the bf16 gradient directly
     // (_log_softmax_backward_data's input_dtype). Without autocast some frameworks upcast the
     // logits first (torchtitan's loss: cross_entropy(pred.float(), ...); Hugging Face's
-    // ForCausalLMLoss: logits.float()), an fp32 copy the log-softmax reads: upcast_logits.
-    if (!r_.autocast && t_.upcast_logits) logits = cast(logits, Dtype::fp32);
+    // ForCausalLMLoss: logits.float()), an fp32 copy the log-softmax reads: upcast_logits. (Over
+    // a vocabulary split by TP, torch's loss_parallel: the same ops on each rank's slice, max, sum
+    // and target logit all-reduced.)
+    if (upcast) logits = cast(logits, Dtype::fp32);
     const Dtype ld = r_.autocast ? Dtype::fp32 : dtype_[logits];
     const int ls = ew("log_softmax", {logits}, tokens_ * v, ld, {}, true);
+    if (tp())
+      for (const char* what : {"ce_max_allreduce", "ce_sum_allreduce", "ce_target_allreduce"})
+        tape_.ops.back().fwd.push_back(comm_kernel(what, CollectiveKind::all_reduce, CommGroup::tp, tokens_ * 4));
     ew("nll_loss", {ls}, 1, Dtype::fp32);
   }
 
