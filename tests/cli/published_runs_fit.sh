@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Runs that really happened must be predicted to fit: every published H100 run of
-# validation/h100 (NVIDIA's DGX Cloud benchmarks) ran on 80 GB GPUs.
+# validation/h100 (NVIDIA's DGX Cloud benchmarks, NeMo AutoModel) ran on 80 GB GPUs, and
+# validation/torchtitan's on 96 GB ones.
 set -u
 bin=$1
 root=$2
 source "$(dirname "$0")/lib/expect.sh"
 n=0
-for f in "$root"/validation/h100/scenarios/*.json; do
+for f in "$root"/validation/h100/scenarios/*.json "$root"/validation/torchtitan/scenarios/*.json; do
   n=$((n + 1))
   "$bin" run "$f" --format json >"$tmp/r.json" 2>"$tmp/err" || { echo "FAIL: $f: $(cat "$tmp/err")"; fail=1; continue; }
   python3 - "$f" "$tmp/r.json" <<'PY' || fail=1
@@ -18,5 +19,5 @@ if not r["fits"]:
     sys.exit(1)
 PY
 done
-[ "$n" -ge 8 ] || { echo "FAIL: expected the 8 published runs, found $n"; fail=1; }
+[ "$n" -ge 19 ] || { echo "FAIL: expected the 19 published runs, found $n"; fail=1; }
 exit $fail
