@@ -583,6 +583,14 @@ class Builder {
     if (m_.moe_layer(layer_)) return in_module(kRecomputeMoe, false, [&] { return moe(x2, n2); });
     int d = in_module(kRecomputeMlp, false, [&] {
       int a;
+      if (!m_.gated_mlp()) {
+        // A plain MLP (Nemotron-4's squared ReLU, or GELU): one up-projection, its activation
+        // saving its input, the down-projection.
+        const int f1 = linear("fc1", n2, h, f, false, Par::column);
+        const char* act = m_.activation == Activation::squared_relu ? "squared_relu" : "gelu";
+        a = ew(act, {f1}, elems_[f1], dtype_[f1], {f1}, false, r_.fused_kernels ? 1 : (m_.activation == Activation::squared_relu ? 2 : 1));
+        return linear("fc2", a, f, h, false, Par::row);
+      }
       if (r_.megatron) {
         // Megatron's linear_fc1: gate and up as one GEMM.
         const int gu = linear("gate_up", n2, h, 2 * f, false, Par::column);

@@ -21,7 +21,7 @@ ParamCounts count_params(const TransformerSpec& m, std::int64_t seq_len_for_posi
     const double qproj = ql > 0 ? h * ql + ql + ql * H * qk : h * H * qk;
     attn = qproj + h * (kvl + rope) + kvl + kvl * H * (double(m.hd()) + vd) + H * vd * h;
   }
-  const double mlp_one = gpt ? (2 * h * f + f + h) : 3 * h * f;
+  const double mlp_one = gpt ? (2 * h * f + f + h) : m.gated_mlp() ? 3 * h * f : 2 * h * f;
   const double expert = 3 * h * double(m.expert_ffn());
   const double norms = gpt ? 4 * h : 2 * h;
   const double router = m.experts > 1 ? h * double(m.experts) : 0.0;

@@ -10,11 +10,15 @@
 namespace scaleout {
 
 enum class Arch : std::uint8_t { gpt, llama };
+// The MLP's activation under arch llama: swiglu (gated: gate and up h -> ffn, down ffn -> h), or
+// a plain h -> ffn -> h MLP with squared ReLU (Nemotron-4) or GELU. arch gpt is always gelu.
+enum class Activation : std::uint8_t { swiglu, squared_relu, gelu };
 
 struct TransformerSpec {
   std::string name;
   std::string description;
   Arch arch = Arch::llama;
+  Activation activation = Activation::swiglu;
   std::int64_t layers = 0;
   std::int64_t hidden = 0;
   std::int64_t heads = 0;
@@ -51,6 +55,7 @@ struct TransformerSpec {
   std::int64_t qk_dim() const { return hd() + (mla() ? qk_rope_dim : 0); }       // a query/key head
   std::int64_t v_dim() const { return mla() && v_head_dim > 0 ? v_head_dim : hd(); }  // a value head
   std::int64_t expert_ffn() const { return moe_ffn > 0 ? moe_ffn : ffn; }
+  bool gated_mlp() const { return arch == Arch::llama && activation == Activation::swiglu; }
   bool moe_layer(std::int64_t layer) const { return experts > 1 && layer >= dense_layers; }
 };
 

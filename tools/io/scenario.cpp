@@ -59,6 +59,14 @@ void read_model_fields(JsonReader& r, TransformerSpec& m, bool require_all) {
     else r.ignore(key);
   };
   if (require_all || r.has("arch")) m.arch = r.choice("arch", {"gpt", "llama"}) == "gpt" ? Arch::gpt : Arch::llama;
+  if (m.arch == Arch::gpt) m.activation = Activation::gelu;
+  if (r.has("activation")) {
+    const std::string a = r.choice("activation", {"swiglu", "squared_relu", "gelu"});
+    m.activation = a == "swiglu" ? Activation::swiglu : a == "squared_relu" ? Activation::squared_relu : Activation::gelu;
+    if (m.arch == Arch::gpt && m.activation != Activation::gelu) r.fail("activation", "arch gpt has a GELU MLP; \"" + a + "\" needs arch llama");
+  } else {
+    r.ignore("activation");
+  }
   int_field("layers", m.layers, 1);
   int_field("hidden", m.hidden, 1);
   int_field("heads", m.heads, 1);
@@ -113,6 +121,7 @@ void check_model(const TransformerSpec& m, const JsonReader& r) {
   if (m.mla() && m.kv_heads != m.heads)
     r.fail("kv_heads", "multi-head latent attention gives every query head its own key and value (kv_heads = heads)");
   if (m.mla() && m.arch != Arch::llama) r.fail("kv_lora_rank", "multi-head latent attention needs arch llama");
+  if (m.experts > 1 && !m.gated_mlp()) r.fail("activation", "MoE experts are SwiGLU MLPs here; a plain MLP is modelled for dense models only");
 }
 
 }  // namespace
