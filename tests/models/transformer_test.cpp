@@ -1,6 +1,7 @@
 // Parameter counts of the zoo against the counts each model's source reports.
 #include <catch2/catch.hpp>
 
+#include "models/step_tape.hpp"
 #include "models/transformer.hpp"
 #include "tools/io/scenario.hpp"
 
@@ -72,4 +73,38 @@ TEST_CASE("MLA and DeepSeekMoE fields are checked where they are given", "[model
   CHECK_THROWS_WITH(parse_scenario(with({{"kv_lora_rank", 256}, {"kv_heads", 2}}), "m.json"), Catch::Contains("/model/kv_heads"));
   CHECK_THROWS_WITH(parse_scenario(with({{"shared_experts", 1}}), "m.json"), Catch::Contains("/model/shared_experts") && Catch::Contains("experts > 1"));
   CHECK_THROWS_WITH(parse_scenario(with({{"experts", 4}, {"top_k", 2}, {"dense_layers", 4}}), "m.json"), Catch::Contains("/model/dense_layers"));
+}
+
+TEST_CASE("a plain MLP: two ffn-wide matrices, fc1 and fc2 on the tape, checked where it cannot be", "[models][io]") {
+  // Nemotron-4 15B: 32 x (GQA attention + 2 h ffn + 2 norms) + untied embeddings, 15.63B (the
+  // report: 3.2B embedding + 12.5B non-embedding).
+  const TransformerSpec m = load_model("nemotron-4-15b");
+  CHECK_FALSE(m.gated_mlp());
+  const double h = 6144, f = 24576, kv = 1024;
+  const double layer = h * (h + 2 * kv) + h * h + 2 * h * f + 2 * h;
+  CHECK(count_params(m).total() == Approx(32 * layer + 2 * 256000.0 * h + h));
+  TrainingSpec tr;
+  tr.seq_len = 256;
+  tr.precision = *precision_recipe("nemo-bf16");
+  int fc = 0, gates = 0, acts = 0;
+  for (const OpRec& op : build_step_tape(m, tr).ops)
+    for (const Kernel& k : op.fwd) {
+      fc += k.name == "fc1" || k.name == "fc2";
+      gates += k.name == "gate_up" || k.name == "gate";
+      acts += k.name == "squared_relu";
+    }
+  CHECK(fc == 64);
+  CHECK(gates == 0);
+  CHECK(acts == 32);
+  auto with = [](Json extra) {
+    Json model = {{"arch", "llama"}, {"layers", 4}, {"hidden", 1024}, {"heads", 8}, {"ffn", 2048}, {"vocab", 1000}, {"tied_embeddings", false}};
+    for (auto& [k, v] : extra.items()) model[k] = v;
+    return Json{{"model", model}, {"cluster", {{"gpu", "h100-sxm"}}}, {"training", {{"seq_len", 1024}}}};
+  };
+  CHECK(parse_scenario(with({{"activation", "gelu"}}), "m.json").model.activation == Activation::gelu);
+  CHECK_THROWS_WITH(parse_scenario(with({{"activation", "relu"}}), "m.json"), Catch::Contains("/model/activation"));
+  CHECK_THROWS_WITH(parse_scenario(with({{"activation", "squared_relu"}, {"experts", 4}, {"top_k", 2}}), "m.json"),
+                    Catch::Contains("/model/activation") && Catch::Contains("dense"));
+  CHECK_THROWS_WITH(parse_scenario(with({{"arch", "gpt"}, {"activation", "squared_relu"}}), "m.json"),
+                    Catch::Contains("/model/activation") && Catch::Contains("arch llama"));
 }
