@@ -5,14 +5,21 @@
 # keep their plans): folded against unfolded (mode fold: with a straggler and/or link faults) or
 # extended against exact (mode ext). Prints each plan whose reports differ, and a summary.
 #
-#   python3 tools/check/new_options_compare.py BUILD/scaleout SEED SECONDS fold|ext
+#   python3 tools/check/new_options_compare.py BUILD/scaleout SEED SECONDS fold|ext [s20]
+#
+# With s20, session 20's options too (a third generator): torch's op-level selective
+# checkpointing, fsdp-bf16 with upcast logits, a plain squared-ReLU MLP.
 #
 # Session 19: seed 5 fold, 6 min: 5,351 valid plans, none different; seed 6 ext: 8,408, none.
+# Session 20 (s20): seed 7 fold, 5 min: 8,581 valid plans, none different; seed 8 ext: 12,393
+# valid plans, one different: s8_2664 (TP 4 x PP 2 x CP 2, flow), comm_total_s/pp_p2p 2.8e-8
+# relative apart, the same without the s20 options (the extension's rounding of that sum).
 import json, os, random, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plans import random_plan, run_pair, compare
 BIN, seed, budget, mode = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-rng = random.Random(seed); r2 = random.Random(seed + 1000)
+rng = random.Random(seed); r2 = random.Random(seed + 1000); r3 = random.Random(seed + 2000)
+s20 = len(sys.argv) > 5 and sys.argv[5] == 's20'
 t0 = time.time(); n = 0; stats = {}
 os.makedirs('/tmp/nc', exist_ok=True)
 while time.time() - t0 < budget:
@@ -36,6 +43,13 @@ while time.time() - t0 < budget:
         for k in (2, 4):
             per = mbs // k
             if mbs % k == 0 and (p.get('pp_schedule') != 'interleaved' or per % p['pp'] == 0): p['pipeline_runs'] = k; break
+    if s20:
+        if r3.random() < 0.3:
+            t['recompute'] = 'op'; t.pop('recompute_modules', None)
+        if p.get('fsdp') in ('full_shard', 'shard_grad_op', 'hybrid_shard') and r3.random() < 0.5:
+            t['precision'] = 'fsdp-bf16'
+        if r3.random() < 0.3: t['upcast_logits'] = True
+        if m.get('experts', 1) <= 1 and not m.get('kv_lora_rank') and r3.random() < 0.3: m['activation'] = 'squared_relu'
     faults = {}
     if mode == 'fold':
         if links: faults['links'] = links
