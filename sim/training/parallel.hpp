@@ -36,6 +36,10 @@ struct ParallelPlan {
   bool offload_optimizer = false;
   double ddp_bucket_bytes = 25.0 * 1024 * 1024;  // torch DDP bucket_cap_mb = 25
   bool overlap_grad_reduce = true;               // DDP buckets overlap backward
+  // ZeRO-1/2: the updated parameters' all-gather runs under the next step's first forward, a
+  // layer's part before the forward reaches it (Megatron's --overlap-param-gather, NeMo's
+  // overlap_param_sync), instead of after the optimizer.
+  bool overlap_param_gather = false;
   double grad_reduce_bytes = 0;                  // bytes per gradient element reduced; 0: the recipe's grad dtype
   bool pipeline_scatter_gather = true;           // Megatron splits p2p activations across TP ranks
   std::int64_t gpus_per_node = 1;

@@ -2138,6 +2138,13 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     std::vector<int> bwd_done(v, 0);
     const bool zero_bubble = par.schedule == PipelineSchedule::zero_bubble && par.pp > 1;
     std::map<std::pair<int, int>, ChunkPlanner::Pass> weight_passes;  // zero-bubble: (chunk, mb) -> W
+    // --overlap-param-gather: how long the chunks' first forward passes take (their kernels at
+    // this GPU's speed, collectives at their analytic length) and over how many layers, for what
+    // the gather leaves exposed (below).
+    const bool gather_overlapped = par.overlap_param_gather && par.zero >= 1 && par.zero <= 2 && dp_cp > 1;
+    std::vector<char> first_forward_seen(std::size_t(v), 0);
+    double first_forward_s = 0, first_chunk_forward_s = 0;
+    std::size_t first_forward_layers = 0;
     merging = !cfg.keep_trace;
     for (const Work& w : order) {
       aligned[std::size_t(r)] = 0;
@@ -2166,6 +2173,19 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       }
       const bool record_runs = merging;
       const std::vector<PlanItem>& items = record_runs ? split_of(pass_items) : *pass_items;
+      if (gather_overlapped && w.forward && !w.weight && !first_forward_seen[std::size_t(w.chunk)]) {
+        first_forward_seen[std::size_t(w.chunk)] = 1;
+        std::set<int> layers;
+        for (const PlanItem& it : items)
+          for (const Kernel& k : it.kernels()) {
+            layers.insert(it.layer);
+            first_forward_s += k.kind == KernelKind::collective
+                                   ? (k.seconds >= 0 ? k.seconds : collective_time(cfg, k.coll, k.group, k.bytes, s))
+                                   : at_speed(full_speed(k), slowdown[r]).seconds();
+          }
+        first_forward_layers += layers.size();
+        if (w.chunk == 0) first_chunk_forward_s = first_forward_s;
+      }
       if (w.forward && w.chunk == 0) {
         // Faults on this GPU's host: a slow data loader (first stage) or a one-time stall.
         if (loader_delay[r] > 0 && vs == 0) host_work(r, Time::from_seconds(loader_delay[r]), "data_loader");
@@ -2567,9 +2587,28 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       const TaskId after = ex.task_count() > 0 ? TaskId(ex.task_count() - 1) : 0;
       const double pb = dtype_bytes(tr.precision.param);
       const double t = collective_time(cfg, CollectiveKind::all_gather, CommGroup::dp, (n - ne) * pb, s);
-      sync_task(r, kDpComm, Time::from_seconds(t), one(after), nullptr, CommGroup::dp, CollectiveKind::all_gather, (n - ne) * pb);
-      if (q_of(r) == 0) res.dp_comm_total_s += t;
-      if (ne > 0 && expert_dp > 1) expert_dp_task(CollectiveKind::all_gather, ne * pb, one(after));
+      if (gather_overlapped) {
+        // Overlapped with the next step's first forward (the steady state: this step's forward
+        // waited on the last step's gather the same way). Split evenly over the L layers the
+        // first forward passes run, the gather of layer i ends at (i + 1) g from the step's start
+        // and its forward would start at o + i f, o the stage's first forward's start behind the
+        // pipeline's fill (s first-chunk forwards): the forward is held up by
+        // max(0, max_i ((i + 1) g - i f) - o) = max(0, max(g, L g - (L - 1) f) - o), charged
+        // here, where the whole gather stood (no flows: its contention with the forward's
+        // traffic is left out).
+        const double te = ne > 0 && expert_dp > 1 ? expert_dp_collective_time(cfg, CollectiveKind::all_gather, ne * pb, s) : 0.0;
+        const double all = t + te;
+        const double layers = double(std::max<std::size_t>(1, first_forward_layers));
+        const double g = all / layers, f = first_forward_s / layers;
+        const double held = std::max(0.0, std::max(g, all - (layers - 1) * f) - double(s) * first_chunk_forward_s);
+        const TaskId id = add_task(r, kDpComm, Time::from_seconds(held), one(after), nullptr);
+        info[id].comm = std::uint8_t(int(CommGroup::dp) + 1);
+        if (q_of(r) == 0) res.dp_comm_total_s += all;
+      } else {
+        sync_task(r, kDpComm, Time::from_seconds(t), one(after), nullptr, CommGroup::dp, CollectiveKind::all_gather, (n - ne) * pb);
+        if (q_of(r) == 0) res.dp_comm_total_s += t;
+        if (ne > 0 && expert_dp > 1) expert_dp_task(CollectiveKind::all_gather, ne * pb, one(after));
+      }
     }
   }
   // Pipeline dependencies: each pass waits for its neighbour's send.
@@ -2910,7 +2949,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     });
     return cause;
   };
+  std::vector<Time> dp_end(std::size_t(nranks), Time::zero());  // each rank's data-parallel stream's last finish
   for (TaskId id = 0; id < ex.task_count(); ++id) {
+    if (info[id].track == kDpComm) dp_end[std::size_t(info[id].rank)] = max(dp_end[std::size_t(info[id].rank)], ex.finish_time(id));
     if (info[id].track != kCompute) continue;
     const int r = info[id].rank;
     const Time st = ex.start_time(id);
@@ -2923,7 +2964,18 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     const int cause = cause_of(id, r, latest);
     (cause == kHost ? host_gap : cause == kDpComm ? dp_gap : cause == kBarrier ? peer_gap : bubble)[r] += gap;
   }
-  for (int r = 0; r < nranks; ++r) bubble[r] += (end - prev_end[r]).seconds();  // idle at the end
+  // Idle at the end: the data-parallel traffic a rank still runs after every GPU's last kernel
+  // (ZeRO's parameter all-gather after the optimizer, a reduction the optimizer does not wait
+  // for) is exposed data-parallel time; the rest is the pipeline's drain (or, with one stage, the
+  // host's).
+  Time compute_end = Time::zero();
+  for (int r = 0; r < nranks; ++r) compute_end = max(compute_end, prev_end[r]);
+  for (int r = 0; r < nranks; ++r) {
+    const Time tail_from = max(prev_end[r], compute_end), dp_until = dp_end[std::size_t(r)] < end ? dp_end[std::size_t(r)] : end;
+    const double dp_tail = dp_until > tail_from ? (dp_until - tail_from).seconds() : 0.0;
+    dp_gap[r] += dp_tail;
+    bubble[r] += (end - prev_end[r]).seconds() - dp_tail;
+  }
   // Paced lock-steps: a member's wait for its lead inside its run, which the run's length holds
   // as if busy (the lead's kernels' time beyond its own), and which its own host wait (above)
   // counted as the lead's. Told as a barrier would: the gap from its last kernel to the collective

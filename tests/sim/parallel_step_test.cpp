@@ -619,3 +619,50 @@ TEST_CASE("Megatron's recompute modules: dropped outputs are made again for back
   j["training"]["recompute_modules"] = Json::array({"moe_act"});
   CHECK_THROWS_WITH(parse_scenario(j, "s.json"), Catch::Contains("recompute_modules") && Catch::Contains("selective"));
 }
+
+TEST_CASE("an overlapped parameter gather holds up only what the next forward cannot hide", "[parallel][zero]") {
+  // ZeRO-1 over 8 GPUs across two nodes (the all-gather crosses the slow link), a pipeline of 2.
+  StepConfig c = small_plan(8, 1, 2);
+  c.parallel.zero = 1;
+  c.parallel.gpus_per_node = 4;
+  const StepResult after = simulate_step(c);
+  c.parallel.overlap_param_gather = true;
+  const StepResult ahead = simulate_step(c);
+  // The same traffic, the same work and memory; the step shorter by what the forward hides.
+  CHECK(ahead.step_time_s < after.step_time_s);
+  CHECK(ahead.dp_comm_total_s == Approx(after.dp_comm_total_s).epsilon(1e-12));
+  CHECK(ahead.compute_s == Approx(after.compute_s).epsilon(1e-12));
+  CHECK(ahead.peak_bytes == Approx(after.peak_bytes).epsilon(1e-12));
+  // A gather slower than the whole forward: at least its excess over the forward stays exposed.
+  StepConfig slow_link = c;
+  slow_link.parallel.links.inter_node_bandwidth = 0.05e9;
+  const StepResult sl = simulate_step(slow_link);
+  slow_link.parallel.overlap_param_gather = false;
+  const StepResult sl_after = simulate_step(slow_link);
+  CHECK(sl.step_time_s < sl_after.step_time_s);
+  CHECK(sl_after.step_time_s - sl.step_time_s < sl.compute_s);
+  // Folding stays exact, every rank alike and with a straggler; windows extend it exactly.
+  StepConfig full = c;
+  full.fold = false;
+  check_same_figures(ahead, simulate_step(full));
+  StepConfig slow = c;
+  slow.faults.stragglers.push_back({3, 1.2, 0, 0, 0});
+  const StepResult slow_folded = simulate_step(slow);
+  slow.fold = false;
+  check_same_figures(slow_folded, simulate_step(slow));
+  StepConfig longer = c;
+  longer.training.global_batch = 8 * 128;  // 128 micro-batches: extended from windows
+  REQUIRE(simulated_micro_batches(longer) < 128);
+  const StepResult ext = simulate_step(longer);
+  const StepResult exact = simulate_step_exact(longer);
+  CHECK(ext.step_time_s == Approx(exact.step_time_s).epsilon(1e-9));
+  CHECK(ext.exposed_comm_s == Approx(exact.exposed_comm_s).epsilon(1e-6).margin(1e-12));
+  // Only ZeRO-1/2 gather parameters after the optimizer.
+  Json j = {{"model", "llama-3.2-1b"},
+            {"cluster", {{"gpu", "h100-sxm"}, {"nodes", 1}, {"gpus_per_node", 8}}},
+            {"training", {{"seq_len", 1024}, {"global_batch", 8}}},
+            {"parallelism", {{"dp", 8}, {"overlap_param_gather", true}}}};
+  CHECK_THROWS_WITH(parse_scenario(j, "z.json"), Catch::Contains("/parallelism/overlap_param_gather") && Catch::Contains("zero"));
+  j["parallelism"]["zero"] = 1;
+  CHECK(parse_scenario(j, "z.json").parallelism.overlap_param_gather);
+}

@@ -8,7 +8,8 @@
 #   python3 tools/check/new_options_compare.py BUILD/scaleout SEED SECONDS fold|ext [s20]
 #
 # With s20, session 20's options too (a third generator): torch's op-level selective
-# checkpointing, fsdp-bf16 with upcast logits, a plain squared-ReLU MLP.
+# checkpointing, fsdp-bf16 with upcast logits, a plain squared-ReLU MLP, ZeRO-1/2's parameter
+# gathers overlapped with the next forward.
 #
 # Session 19: seed 5 fold, 6 min: 5,351 valid plans, none different; seed 6 ext: 8,408, none.
 # Session 20 (s20): seed 7 fold, 5 min: 8,581 valid plans, none different; seed 8 ext: 12,393
@@ -49,6 +50,7 @@ while time.time() - t0 < budget:
         if p.get('fsdp') in ('full_shard', 'shard_grad_op', 'hybrid_shard') and r3.random() < 0.5:
             t['precision'] = 'fsdp-bf16'
         if r3.random() < 0.3: t['upcast_logits'] = True
+        if p.get('zero', 0) in (1, 2) and r3.random() < 0.6: p['overlap_param_gather'] = True
         if m.get('experts', 1) <= 1 and not m.get('kv_lora_rank') and r3.random() < 0.3: m['activation'] = 'squared_relu'
     faults = {}
     if mode == 'fold':

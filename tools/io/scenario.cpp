@@ -433,6 +433,9 @@ Parallelism parse_parallelism(JsonReader r) {
   p.ddp_bucket_bytes = r.quantity_or("ddp_bucket", QuantityKind::bytes, p.ddp_bucket_bytes);
   if (p.ddp_bucket_bytes <= 0) r.fail("ddp_bucket", "must be positive");
   p.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", true);
+  p.overlap_param_gather = r.boolean_or("overlap_param_gather", false);
+  if (p.overlap_param_gather && (p.zero < 1 || p.zero > 2))
+    r.fail("overlap_param_gather", "overlaps ZeRO-1/2's parameter all-gather: needs zero 1 or 2");
   p.grad_reduce_dtype = r.choice_or("grad_reduce_dtype", {"", "fp32", "bf16", "fp16"}, "");
   p.pipeline_p2p = r.choice_or("pipeline_p2p", {"async", "blocking"}, "async");
   p.pipeline_runs = r.integer_or("pipeline_runs", 1, 1, std::int64_t(1) << 20);

@@ -26,6 +26,7 @@ struct Parallelism {
   bool offload_optimizer = false;
   double ddp_bucket_bytes = 25.0 * 1024 * 1024;
   bool overlap_grad_reduce = true;
+  bool overlap_param_gather = false;
   std::string grad_reduce_dtype;  // empty: the precision recipe's gradient dtype
   std::string order = "tp-cp-dp-pp";
   bool offload_params = false;

@@ -38,6 +38,7 @@ StepConfig step_config(const Scenario& s) {
   pp.pipeline_runs = p.pipeline_runs;
   pp.ddp_bucket_bytes = p.ddp_bucket_bytes;
   pp.overlap_grad_reduce = p.overlap_grad_reduce;
+  pp.overlap_param_gather = p.overlap_param_gather;
   if (!p.grad_reduce_dtype.empty()) pp.grad_reduce_bytes = dtype_bytes(*parse_dtype(p.grad_reduce_dtype));
   pp.gpus_per_node = s.gpus_per_node;
   pp.links.intra_node_bandwidth = s.intra_node_bandwidth;
