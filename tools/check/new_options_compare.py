@@ -15,6 +15,9 @@
 # Session 20 (s20): seed 7 fold, 5 min: 8,581 valid plans, none different; seed 8 ext: 12,393
 # valid plans, one different: s8_2664 (TP 4 x PP 2 x CP 2, flow), comm_total_s/pp_p2p 2.8e-8
 # relative apart, the same without the s20 options (the extension's rounding of that sum).
+# With overlap_param_gather in s20: seed 9 fold 8,111 valid plans, none different; seed 10 ext
+# 10,278, one 3e-9 apart (a 1-ns rounding of the extension); after the end-of-step DP attribution:
+# seed 11 fold 4,927 and seed 13 fold (without s20) 4,034, none different; seed 12 ext 7,512, none.
 import json, os, random, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plans import random_plan, run_pair, compare
