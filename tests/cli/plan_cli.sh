@@ -35,6 +35,13 @@ for p in d["plans"]:
     assert abs(p["time_to_train_s"] * p["tokens_per_s"] - 1e9) < 1e-3 * 1e9, p
 assert set(d["gpu_counts"]) == {1, 2, 4}, d["gpu_counts"]
 PY
+# PyTorch-native recipes are also tried with torch's op-level selective checkpointing; Megatron's not.
+"$bin" plan "$tmp/s.json" --format json --top 100000 >"$tmp/all.json"
+python3 - "$tmp/all.json" <<'PY' || fail=1
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert any(p["recompute"] == "op" for p in d["plans"]), "no plan with recompute op"
+PY
 # MoE and long sequences: expert and context parallelism are searched.
 cat >"$tmp/moe.json" <<'JSON'
 {"model": {"arch": "llama", "layers": 4, "hidden": 1024, "heads": 16, "kv_heads": 4, "ffn": 2048, "vocab": 32000, "tied_embeddings": false,
@@ -64,6 +71,7 @@ for p in ub:
     assert p["sequence_parallel"] and "+overlap" in p["plan"], p
     assert key(p) in plain, p
 assert not any(p["tp_comm_overlap"] for p in d["plans"] if p["tp"] == 1)
+assert not any(p["recompute"] == "op" for p in d["plans"]), "op-level checkpointing under a Megatron recipe"
 PY
 # advise: the decision framework, each step with numbers.
 expect 0 "1. Does it fit on one a100-80g" -- "$bin" advise "$tmp/s.json" --tokens 1e9 --max-gpus 4

@@ -76,6 +76,8 @@ std::vector<Scenario> enumerate(const Scenario& base, std::int64_t gpus) {
   const std::int64_t gpn = std::min<std::int64_t>(gpus, node_size(base));
   const std::int64_t nodes = (gpus + gpn - 1) / gpn;
   const bool megatron = base.training.precision.megatron;
+  // FSDP2's mixed precision computes from the weights FSDP gathers: its plans shard with FSDP.
+  const bool fsdp_recipe = base.training.precision.name == "fsdp-bf16";
   const TransformerSpec& m = base.model;
   const std::int64_t seq = base.training.seq_len;
   // Context parallelism splits the sequence in 2*cp chunks (load-balanced causal ring); worth it
@@ -95,10 +97,12 @@ std::vector<Scenario> enumerate(const Scenario& base, std::int64_t gpus) {
             for (std::int64_t mb : {1, 2, 4, 8, 16}) {
               if (base.training.global_batch % (mb * dp)) continue;
               const std::int64_t mbs = base.training.global_batch / (mb * dp);
-              for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+              for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full, Recompute::op}) {
+                if (rc == Recompute::op && megatron) continue;  // torch's selective checkpointing: PyTorch-native recipes
                 for (int v : {1, 2, 3}) {  // 1F1B, interleaved with two chunks, ZB-H1
                   if (v == 2 && (pp == 1 || mbs % pp || m.layers < pp * 2)) continue;
-                  if (v == 3 && (pp == 1 || shard == 3)) continue;
+                  if (v == 3 && (pp == 1 || shard == 3 || fsdp_recipe)) continue;
+                  if (fsdp_recipe && shard < 2) continue;
                   const bool sp = tp > 1 && megatron && seq % (tp * cp) == 0;
                   // Under Megatron with SP, Transformer Engine's userbuffers overlap (a switch a
                   // run sets, --tp-comm-overlap): tried both ways, as it takes SMs from the GEMMs.
@@ -118,9 +122,11 @@ std::vector<Scenario> enumerate(const Scenario& base, std::int64_t gpus) {
                   p.virtual_stages = v == 2 ? 2 : 1;
                   if (shard > 0) {
                     // ZeRO stages under Megatron-style recipes, FSDP strategies under PyTorch's.
-                    if (megatron || pp > 1 || tp > 1 || cp > 1 || ep > 1) p.zero = shard;
+                    if (!fsdp_recipe && (megatron || pp > 1 || tp > 1 || cp > 1 || ep > 1)) p.zero = shard;
                     else p.fsdp = shard == 1 ? "no_shard" : shard == 2 ? "shard_grad_op" : "full_shard";
                   }
+                  // The scenario's choice of overlapping ZeRO's parameter gather, where the plan has one.
+                  p.overlap_param_gather = base.parallelism.overlap_param_gather && (p.zero == 1 || p.zero == 2);
                   s.parallelism = p;
                   s.training.micro_batch = mb;
                   s.training.recompute = rc;
