@@ -60,6 +60,10 @@ struct PrecisionRecipe {
   // Megatron-LM / NeMo as the framework: the vocabulary padded to 128 x TP, a fused Adam,
   // reentrant activation checkpointing (each region's backward frees its recomputed tensors).
   bool megatron = false;
+
+  // Weights stored wider than the GEMMs take them, with neither autocast nor Megatron's casts:
+  // only an FSDP gather in the compute dtype (FSDP2's MixedPrecisionPolicy, fsdp-bf16) casts them.
+  bool weights_cast_by_fsdp() const { return !autocast && !megatron && param != compute; }
 };
 
 std::optional<PrecisionRecipe> precision_recipe(const std::string& name);

@@ -1594,12 +1594,16 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     return joined_batch(rank, k).ok;
   };
   // Its length (the rank's total it adds to: comm_total, below).
+  // A collective's length on its own, in seconds (its given length, or the closed form on its
+  // group's links).
+  auto analytic_s = [&](int rank, const Kernel& kernel) {
+    return kernel.seconds >= 0 ? kernel.seconds : collective_time(cfg, kernel.coll, kernel.group, kernel.bytes, stage_of(rank));
+  };
   auto collective_dt = [&](int rank, const Kernel& kernel) {
     if (flows_of(kernel) && joins(rank, kernel)) {
       return joined_batch(rank, kernel).dt;
     }
-    return Time::from_seconds(kernel.seconds >= 0 ? kernel.seconds
-                                                  : collective_time(cfg, kernel.coll, kernel.group, kernel.bytes, stage_of(rank)));
+    return Time::from_seconds(analytic_s(rank, kernel));
   };
   // A joined collective's claim (see Claim).
   auto claim_in = [&](int rank, KernelBatch& kb, const Kernel& kernel, TaskId task, Time offset, Time floor, Time dt) {
@@ -2179,9 +2183,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         for (const PlanItem& it : items)
           for (const Kernel& k : it.kernels()) {
             layers.insert(it.layer);
-            first_forward_s += k.kind == KernelKind::collective
-                                   ? (k.seconds >= 0 ? k.seconds : collective_time(cfg, k.coll, k.group, k.bytes, s))
-                                   : at_speed(full_speed(k), slowdown[r]).seconds();
+            first_forward_s += k.kind == KernelKind::collective ? analytic_s(r, k) : at_speed(full_speed(k), slowdown[r]).seconds();
           }
         first_forward_layers += layers.size();
         if (w.chunk == 0) first_chunk_forward_s = first_forward_s;

@@ -77,7 +77,7 @@ std::vector<Scenario> enumerate(const Scenario& base, std::int64_t gpus) {
   const std::int64_t nodes = (gpus + gpn - 1) / gpn;
   const bool megatron = base.training.precision.megatron;
   // FSDP2's mixed precision computes from the weights FSDP gathers: its plans shard with FSDP.
-  const bool fsdp_recipe = base.training.precision.name == "fsdp-bf16";
+  const bool fsdp_recipe = base.training.precision.weights_cast_by_fsdp();
   const TransformerSpec& m = base.model;
   const std::int64_t seq = base.training.seq_len;
   // Context parallelism splits the sequence in 2*cp chunks (load-balanced causal ring); worth it

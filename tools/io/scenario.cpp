@@ -581,8 +581,9 @@ Scenario parse_scenario(const Json& j, const std::string& file) {
   if (s.training.precision.master_copy && s.training.precision.master_bytes < 4.0 && p.zero == 0)
     s.training.precision.master_bytes = 4.0;
   // FSDP's mixed precision computes from the weights it gathers in bf16: there must be a gather.
-  if (s.training.precision.name == "fsdp-bf16" && p.fsdp != "full_shard" && p.fsdp != "shard_grad_op" && p.fsdp != "hybrid_shard")
-    r.fail("training/precision", "\"fsdp-bf16\" needs parallelism.fsdp full_shard, shard_grad_op or hybrid_shard (its weights are gathered in bf16)");
+  if (s.training.precision.weights_cast_by_fsdp() && p.fsdp != "full_shard" && p.fsdp != "shard_grad_op" && p.fsdp != "hybrid_shard")
+    r.fail("training/precision", "\"" + s.training.precision.name +
+                                     "\" needs parallelism.fsdp full_shard, shard_grad_op or hybrid_shard (its weights are gathered in bf16)");
   const std::int64_t prod = p.dp * p.tp * p.pp * p.cp;
   if (prod != s.gpus())
     r.fail("parallelism", "dp*tp*pp*cp = " + std::to_string(prod) + " but the cluster has " +
