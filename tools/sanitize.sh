@@ -9,7 +9,9 @@ cd "$(dirname "$0")/.."
 tools/apt-install.sh clang libclang-rt-14-dev
 build=${1:-build-asan}
 # -O1: sanitizers want some optimisation for speed, and it keeps the 2-core build short.
-cmake -S . -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
+gen=()
+[ -f "$build/CMakeCache.txt" ] || gen=(-G Ninja)
+cmake -S . -B "$build" "${gen[@]}" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
   -DSCALEOUT_SANITIZE=ON -DSCALEOUT_FUZZ=ON -DSCALEOUT_BUILD_HARNESS=OFF \
   -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON >/dev/null  # (the benchmarks are timed in the plain build, never run by CTest)
 cmake --build "$build" -j2
