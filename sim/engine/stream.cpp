@@ -18,13 +18,12 @@ void StreamExecutor::add_edge(TaskId from, TaskId to) {
   t.last_edge = e;
 }
 
-TaskId StreamExecutor::add_task(StreamId stream, Time duration, std::span<const TaskId> deps, std::uint32_t tag) {
+TaskId StreamExecutor::add_task(StreamId stream, Time duration, std::span<const TaskId> deps) {
   SCALEOUT_CHECK(stream < streams_.size(), "task on an unknown stream");
   const auto id = static_cast<TaskId>(tasks_.size());
   Task t;
   t.duration = duration;
   t.stream = stream;
-  t.tag = tag;
   tasks_.push_back(t);
   for (TaskId d : deps) {
     SCALEOUT_CHECK(d < id, "add(): dependencies on later tasks go through add_dependency()");
@@ -37,15 +36,14 @@ TaskId StreamExecutor::add_task(StreamId stream, Time duration, std::span<const 
   return id;
 }
 
-TaskId StreamExecutor::add(StreamId stream, Time duration, std::span<const TaskId> deps, std::uint32_t tag) {
-  const TaskId id = add_task(stream, duration, deps, tag);
+TaskId StreamExecutor::add(StreamId stream, Time duration, std::span<const TaskId> deps) {
+  const TaskId id = add_task(stream, duration, deps);
   if (started_) try_start(stream);
   return id;
 }
 
-TaskId StreamExecutor::add_launched(StreamId stream, Launcher launcher, std::span<const TaskId> deps,
-                                    std::uint32_t tag) {
-  const TaskId id = add_task(stream, Time::zero(), deps, tag);
+TaskId StreamExecutor::add_launched(StreamId stream, Launcher launcher, std::span<const TaskId> deps) {
+  const TaskId id = add_task(stream, Time::zero(), deps);
   launchers_.push_back(std::move(launcher));
   tasks_[id].launcher = static_cast<std::uint32_t>(launchers_.size());
   if (started_) try_start(stream);

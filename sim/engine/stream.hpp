@@ -31,11 +31,11 @@ class StreamExecutor {
     tasks_.reserve(tasks);
     edges_.reserve(tasks + tasks / 2);
   }
-  TaskId add(StreamId stream, Time duration, std::span<const TaskId> deps, std::uint32_t tag = 0);
-  TaskId add(StreamId stream, Time duration, std::initializer_list<TaskId> deps = {}, std::uint32_t tag = 0) {
-    return add(stream, duration, std::span<const TaskId>(deps.begin(), deps.size()), tag);
+  TaskId add(StreamId stream, Time duration, std::span<const TaskId> deps);
+  TaskId add(StreamId stream, Time duration, std::initializer_list<TaskId> deps = {}) {
+    return add(stream, duration, std::span<const TaskId>(deps.begin(), deps.size()));
   }
-  TaskId add_launched(StreamId stream, Launcher launcher, std::span<const TaskId> deps, std::uint32_t tag = 0);
+  TaskId add_launched(StreamId stream, Launcher launcher, std::span<const TaskId> deps);
 
   // `task` also waits for `dep`; both must exist and `task` must not have started.
   void add_dependency(TaskId task, TaskId dep);
@@ -62,7 +62,6 @@ class StreamExecutor {
   std::size_t task_count() const { return tasks_.size(); }
   std::size_t finished_count() const { return finished_; }
   bool all_finished() const { return finished_ == tasks_.size(); }
-  std::uint32_t tag(TaskId id) const { return tasks_[id].tag; }
   StreamId stream_of(TaskId id) const { return tasks_[id].stream; }
   Time start_time(TaskId id) const { return tasks_[id].started; }
   Time finish_time(TaskId id) const { return tasks_[id].finished; }
@@ -75,7 +74,6 @@ class StreamExecutor {
     Time started = Time::max();
     Time finished = Time::max();
     StreamId stream = 0;
-    std::uint32_t tag = 0;
     std::uint32_t pending_deps = 0;
     std::uint32_t launcher = 0;  // 0: none; else index + 1 into launchers_
     bool running = false;
@@ -84,6 +82,8 @@ class StreamExecutor {
     // allocation for the whole graph instead of a vector per task).
     std::uint32_t first_edge = kNoEdge, last_edge = kNoEdge;
   };
+  // A step of a 64-GPU pipeline holds millions of tasks: a cache line each, not more.
+  static_assert(sizeof(Task) <= 64, "StreamExecutor::Task outgrew 64 bytes");
   static constexpr std::uint32_t kNoEdge = 0xffffffffu;
   struct Edge {
     TaskId to;
@@ -96,7 +96,7 @@ class StreamExecutor {
     bool busy = false;
     bool wake_pending = false;  // a wake-up at the head task's release time is scheduled
   };
-  TaskId add_task(StreamId stream, Time duration, std::span<const TaskId> deps, std::uint32_t tag);
+  TaskId add_task(StreamId stream, Time duration, std::span<const TaskId> deps);
   void try_start(StreamId s);
 
   Simulator& sim_;
