@@ -126,7 +126,11 @@ Time ComputeModel::time(const Kernel& k) const {
     case KernelKind::gemm: return gemm_time(k.gemm, k.dtype);
     case KernelKind::attention_fwd: return attention_time(k.attn, false, k.dtype);
     case KernelKind::attention_bwd: return attention_time(k.attn, true, k.dtype);
-    case KernelKind::memory: return memory_time(k.bytes, k.reduction);
+    case KernelKind::memory: {
+      const double mt = k.multi_tensor ? profile_.multi_tensor_efficiency[static_cast<std::size_t>(k.dtype)] : 0.0;
+      if (mt > 0) return profile_.kernel_latency + Time::from_seconds(k.bytes / (gpu_.hbm_bandwidth.value * mt));
+      return memory_time(k.bytes, k.reduction);
+    }
     case KernelKind::collective: return Time::zero();  // timed by the network, not the SMs
   }
   return Time::zero();

@@ -81,6 +81,9 @@ struct ComputeProfile {
   bool split_k(Dtype d) const { return gemm_split_k[static_cast<std::size_t>(d)]; }
   // Achieved fraction of HBM bandwidth for long streams.
   double memory_efficiency = 0.9;
+  // The same for multi-tensor (foreach) kernels by element dtype (Kernel::multi_tensor); 0: not
+  // measured, memory_efficiency.
+  std::array<double, kDtypeCount> multi_tensor_efficiency{};
   // Fixed GPU-side cost of every kernel (launch, ramp-up, tail).
   Time kernel_latency = Time::from_us(2.5);
   // Row reductions (LayerNorm, RMSNorm, softmax) stream less well and cost more to start.

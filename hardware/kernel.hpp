@@ -45,6 +45,11 @@ struct Kernel {
   AttentionShape attn;
   double bytes = 0;  // memory-bound kernels: bytes read plus bytes written; collectives: message size
   bool reduction = false;  // memory-bound kernels that reduce rows (norms, softmax): their own efficiency
+  // PyTorch's multi-tensor (foreach) kernels, as the optimizers run them (ATen's
+  // MultiTensorApply.cuh): each thread moves kILP = 4 elements an access whatever their width, so
+  // 16-bit tensors move half the bytes an access of 32-bit ones and stream at their own
+  // efficiency, by `dtype` (ComputeProfile::multi_tensor_efficiency).
+  bool multi_tensor = false;
   CollectiveKind coll = CollectiveKind::all_reduce;
   CommGroup group = CommGroup::tp;
   std::string name;

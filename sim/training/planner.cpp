@@ -453,6 +453,10 @@ std::vector<PlanItem> ChunkPlanner::optimizer() const {
     k.bytes = bytes_per_param * n / launches;
     k.name = "optimizer";
     k.launches = std::int32_t(launches);
+    // torch's foreach passes stream at their element width's efficiency (the states' dtype:
+    // every list a pass reads and writes is as wide, or the params' where they are wider).
+    k.multi_tensor = !fused && tr_.optimizer != Optimizer::adamw_8bit;
+    k.dtype = dtype_bytes(r.state) >= dtype_bytes(r.master_copy ? Dtype::fp32 : r.param) ? r.state : (r.master_copy ? Dtype::fp32 : r.param);
     it.own.push_back(std::move(k));
   }
   return {it};

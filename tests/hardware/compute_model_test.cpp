@@ -5,6 +5,7 @@
 
 #include "hardware/compute_model.hpp"
 #include "tools/io/scenario.hpp"
+#include "tools/io/input_error.hpp"
 #include "tools/io/units_parse.hpp"
 
 using namespace scaleout;
@@ -145,4 +146,44 @@ TEST_CASE("an unaligned GEMM runs the profile's one unaligned tile", "[hardware]
   q.gemm_unaligned_tile = {128, 256, 1.0};
   CHECK(ComputeModel(h200, q).gemm_time({1024, 3072, 768, 1}, Dtype::bf16) ==
         ComputeModel(h200, default_profile(h200)).gemm_time({1024, 3072, 768, 1}, Dtype::bf16));
+}
+
+TEST_CASE("multi-tensor (foreach) kernels stream at their element width's measured efficiency", "[hardware]") {
+  const GpuSpec h200 = load_gpu("h200");
+  ComputeProfile p = default_profile(h200);
+  p.multi_tensor_efficiency[static_cast<std::size_t>(Dtype::bf16)] = 0.6;
+  const ComputeModel cm(h200, p);
+  Kernel k;
+  k.kind = KernelKind::memory;
+  k.bytes = 4e9;
+  k.multi_tensor = true;
+  k.dtype = Dtype::bf16;
+  CHECK(cm.time(k).seconds() == Approx(p.kernel_latency.seconds() + 4e9 / (h200.hbm_bandwidth.value * 0.6)).epsilon(1e-9));
+  // A width the profile did not measure, or a plain elementwise kernel: the streaming efficiency.
+  k.dtype = Dtype::fp32;
+  CHECK(cm.time(k) == cm.memory_time(4e9));
+  k.dtype = Dtype::bf16;
+  k.multi_tensor = false;
+  CHECK(cm.time(k) == cm.memory_time(4e9));
+}
+
+TEST_CASE("a profile's multi_tensor_efficiency is read by dtype and checked", "[hardware][io]") {
+  const GpuSpec h200 = load_gpu("h200");
+  Json j = Json::parse(R"({"name": "t", "gpu": "h200", "measured_on": "test", "multi_tensor_efficiency": {"bf16": 0.65, "fp32": 0.78}})");
+  const ComputeProfile p = parse_profile(j, "t.json", "", h200);
+  CHECK(p.multi_tensor_efficiency[static_cast<std::size_t>(Dtype::bf16)] == 0.65);
+  CHECK(p.multi_tensor_efficiency[static_cast<std::size_t>(Dtype::fp32)] == 0.78);
+  CHECK(p.multi_tensor_efficiency[static_cast<std::size_t>(Dtype::fp16)] == 0.0);
+  auto error_of = [&](const char* text) {
+    try {
+      parse_profile(Json::parse(text), "t.json", "", h200);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(error_of(R"({"name": "t", "gpu": "h200", "measured_on": "test", "multi_tensor_efficiency": {"bf61": 0.6}})"),
+             Catch::Contains("t.json: /multi_tensor_efficiency/bf61: unknown key"));
+  CHECK_THAT(error_of(R"({"name": "t", "gpu": "h200", "measured_on": "test", "multi_tensor_efficiency": {"bf16": 1.5}})"),
+             Catch::Contains("t.json: /multi_tensor_efficiency/bf16"));
 }

@@ -143,3 +143,31 @@ TEST_CASE("the foreach optimizer launches a kernel per 320 blocks of 65536 param
   ChunkPlanner q(tape, tr, sh);
   CHECK(q.optimizer()[0].kernels()[0].launches == std::int32_t(std::ceil(n / 64 / (320.0 * 65536.0))));
 }
+
+TEST_CASE("the foreach optimizer's passes are multi-tensor kernels of the states' width; a fused one's are not", "[planner]") {
+  const TransformerSpec model = load_model("llama-3-8b");
+  auto passes_of = [&](const char* precision, OptimizerImpl impl) {
+    TrainingSpec tr;
+    tr.seq_len = 512;
+    tr.micro_batch = 1;
+    tr.precision = *precision_recipe(precision);
+    tr.optimizer_impl = impl;
+    const Tape tape = build_step_tape(model, tr, StageSpec{});
+    ChunkPlanner p(tape, tr, ShardPlan{});
+    const std::vector<PlanItem> opt = p.optimizer();
+    REQUIRE(opt.size() == 1);
+    return std::vector<Kernel>(opt[0].kernels().begin(), opt[0].kernels().end());
+  };
+  for (const Kernel& k : passes_of("bf16", OptimizerImpl::foreach_)) {
+    CHECK(k.multi_tensor);
+    CHECK(k.dtype == Dtype::bf16);
+  }
+  // bf16-mixed: fp32 master, grads and states: the passes stream 32-bit lists.
+  const std::vector<Kernel> mixed = passes_of("bf16-mixed", OptimizerImpl::foreach_);
+  for (std::size_t i = 0; i < 8; ++i) {
+    CHECK(mixed[i].multi_tensor);
+    CHECK(mixed[i].dtype == Dtype::fp32);
+  }
+  for (const Kernel& k : passes_of("bf16", OptimizerImpl::fused)) CHECK_FALSE(k.multi_tensor);
+  for (const Kernel& k : passes_of("megatron-bf16", OptimizerImpl::foreach_)) CHECK_FALSE(k.multi_tensor);
+}

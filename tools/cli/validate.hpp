@@ -17,6 +17,7 @@ struct MeasuredStep {
   std::string id, split;
   bool oom = false;
   double step_s = 0, peak_bytes = 0;
+  double optimizer_s = 0;  // optimizer.step() alone (CUDA events around it); 0: not measured
   StepConfig config;
 };
 std::vector<MeasuredStep> read_measured_steps(const std::string& file, const GpuSpec& gpu);

@@ -292,6 +292,12 @@ ComputeProfile parse_profile(const Json& j, const std::string& file, const std::
     }
   }
   p.memory_efficiency = r.number_or("memory_efficiency", p.memory_efficiency, 1e-3, 1.0);
+  if (r.has("multi_tensor_efficiency")) {
+    JsonReader e = r.object("multi_tensor_efficiency");
+    for (std::size_t i = 0; i < kDtypeCount; ++i)
+      p.multi_tensor_efficiency[i] = e.number_or(std::string(kDtypeNames[i]), p.multi_tensor_efficiency[i], 1e-3, 1.0);
+    e.finish();
+  }
   p.reduction_efficiency = r.number_or("reduction_efficiency", p.reduction_efficiency, 1e-3, 1.0);
   p.reduction_latency = Time::from_seconds(r.quantity_or("reduction_latency", QuantityKind::time_s, p.reduction_latency.seconds()));
   p.kernel_latency = Time::from_seconds(r.quantity_or("kernel_latency", QuantityKind::time_s, p.kernel_latency.seconds()));
