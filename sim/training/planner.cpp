@@ -456,7 +456,7 @@ std::vector<PlanItem> ChunkPlanner::optimizer() const {
     // torch's foreach passes stream at their element width's efficiency (the states' dtype:
     // every list a pass reads and writes is as wide, or the params' where they are wider).
     k.multi_tensor = !fused && tr_.optimizer != Optimizer::adamw_8bit;
-    k.dtype = dtype_bytes(r.state) >= dtype_bytes(r.master_copy ? Dtype::fp32 : r.param) ? r.state : (r.master_copy ? Dtype::fp32 : r.param);
+    k.dtype = s >= p ? r.state : (r.master_copy ? Dtype::fp32 : r.param);
     it.own.push_back(std::move(k));
   }
   return {it};
