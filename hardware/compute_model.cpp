@@ -33,9 +33,13 @@ ComputeModel::ComputeModel(GpuSpec gpu, ComputeProfile profile) : gpu_(std::move
   if (profile_.tiles.empty()) profile_.tiles = default_profile(gpu_).tiles;
 }
 
+Time ComputeModel::streamed(double bytes, double efficiency, Time latency) const {
+  return latency + Time::from_seconds(bytes / (gpu_.hbm_bandwidth.value * efficiency));
+}
+
 Time ComputeModel::memory_time(double bytes, bool reduction) const {
-  const double bw = gpu_.hbm_bandwidth.value * (reduction ? profile_.reduction_efficiency : profile_.memory_efficiency);
-  return (reduction ? profile_.reduction_latency : profile_.kernel_latency) + Time::from_seconds(bytes / bw);
+  return reduction ? streamed(bytes, profile_.reduction_efficiency, profile_.reduction_latency)
+                   : streamed(bytes, profile_.memory_efficiency, profile_.kernel_latency);
 }
 
 namespace {
@@ -128,8 +132,7 @@ Time ComputeModel::time(const Kernel& k) const {
     case KernelKind::attention_bwd: return attention_time(k.attn, true, k.dtype);
     case KernelKind::memory: {
       const double mt = k.multi_tensor ? profile_.multi_tensor_efficiency[static_cast<std::size_t>(k.dtype)] : 0.0;
-      if (mt > 0) return profile_.kernel_latency + Time::from_seconds(k.bytes / (gpu_.hbm_bandwidth.value * mt));
-      return memory_time(k.bytes, k.reduction);
+      return mt > 0 ? streamed(k.bytes, mt, profile_.kernel_latency) : memory_time(k.bytes, k.reduction);
     }
     case KernelKind::collective: return Time::zero();  // timed by the network, not the SMs
   }

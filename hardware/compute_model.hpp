@@ -45,6 +45,8 @@ class ComputeModel {
   const ComputeProfile& profile() const { return profile_; }
 
  private:
+  // `bytes` read and written at `efficiency` of the HBM bandwidth, after a fixed `latency`.
+  Time streamed(double bytes, double efficiency, Time latency) const;
   GpuSpec gpu_;
   ComputeProfile profile_;
 };

@@ -446,6 +446,10 @@ std::vector<PlanItem> ChunkPlanner::optimizer() const {
   for (const ParamRec& pr : tape_.params)
     if (pr.trainable && pr.count > 0) ++tensors;
   it.host_prologue_tensors = tensors;
+  // torch's foreach passes stream at their element width's efficiency (the states' dtype: every
+  // list a pass reads and writes is as wide, or the params' where they are wider).
+  const bool multi_tensor = !fused && tr_.optimizer != Optimizer::adamw_8bit;
+  const Dtype width = s >= p ? r.state : (r.master_copy ? Dtype::fp32 : r.param);
   for (double bytes_per_param : passes) {
     const double launches = std::max({1.0, std::ceil(n / per_launch), std::ceil(tensors / 110.0)});
     Kernel k;
@@ -453,10 +457,8 @@ std::vector<PlanItem> ChunkPlanner::optimizer() const {
     k.bytes = bytes_per_param * n / launches;
     k.name = "optimizer";
     k.launches = std::int32_t(launches);
-    // torch's foreach passes stream at their element width's efficiency (the states' dtype:
-    // every list a pass reads and writes is as wide, or the params' where they are wider).
-    k.multi_tensor = !fused && tr_.optimizer != Optimizer::adamw_8bit;
-    k.dtype = s >= p ? r.state : (r.master_copy ? Dtype::fp32 : r.param);
+    k.multi_tensor = multi_tensor;
+    k.dtype = width;
     it.own.push_back(std::move(k));
   }
   return {it};

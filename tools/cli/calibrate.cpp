@@ -417,12 +417,6 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
       {"tiles", tiles},
 
       {"memory_efficiency", p.memory_efficiency},
-      {"multi_tensor_efficiency", [&] {
-         Json mt = Json::object();
-         for (std::size_t i = 0; i < kDtypeCount; ++i)
-           if (p.multi_tensor_efficiency[i] > 0) mt[std::string(kDtypeNames[i])] = p.multi_tensor_efficiency[i];
-         return mt;
-       }()},
       {"kernel_latency", lat},
       {"reduction_efficiency", p.reduction_efficiency},
       {"reduction_latency", rlat},
