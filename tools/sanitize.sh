@@ -6,7 +6,7 @@
 # Usage: tools/sanitize.sh [BUILD_DIR]   (default: build-asan; FUZZ_SECONDS, default 60)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/apt-install.sh clang libclang-rt-14-dev
+tools/apt-install.sh clang libclang-rt-14-dev ninja-build  # (ninja: it may run without setup.sh)
 build=${1:-build-asan}
 # -O1: sanitizers want some optimisation for speed, and it keeps the 2-core build short.
 gen=()
