@@ -33,6 +33,10 @@ struct GemmCase {
   bool nt;      // second operand stored as [n,k]
   int64_t m, n, k;
   std::string tag;
+  // FP8 only: cuBLASLt's fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM). Off, the tensor
+  // cores' partial sums are promoted to fp32 registers as the reduction goes (Transformer Engine's
+  // "split accumulator", its default for the dgrad and wgrad GEMMs).
+  bool fast_accum = true;
 };
 
 const char* gemm_dtype_name(DType t) {
@@ -221,6 +225,51 @@ std::vector<GemmCase> build_novel_plan(bool quick) {
   return plan;
 }
 
+// FP8 products with and without fast accumulation, in pairs: the forward, input-gradient and
+// weight-gradient products of the layers of FP8 runs that Transformer Engine trains (Megatron's
+// column- and row-parallel qkv, attention output, gate/up and down projections, cut by tensor
+// parallelism, at a micro-batch's tokens: a 8192 sequence cut by context parallelism 2, GPT-3's
+// 2048), and three squares. Transformer Engine runs the forward products with fast accumulation
+// and the two gradients' without (module/base.py: _2X_ACC_FPROP False, _2X_ACC_DGRAD and
+// _2X_ACC_WGRAD True); the pairs measure what that costs. Rows: kind "gemm_fp8acc".
+std::vector<GemmCase> build_fp8acc_plan(bool quick) {
+  struct Model {
+    const char* name;
+    int64_t h, qkv, ffn_in, ffn_out, tp, tokens;  // ffn_in: the up projection's width (gate and up)
+  };
+  const Model models[] = {{"llama3.1-8b", 4096, 6144, 2 * 14336, 14336, 1, 4096},
+                          {"llama3.1-70b-tp4", 8192, 10240, 2 * 28672, 28672, 4, 4096},
+                          {"llama3.1-405b-tp8", 16384, 18432, 2 * 53248, 53248, 8, 4096},
+                          {"gpt3-175b-tp4", 12288, 3 * 12288, 4 * 12288, 4 * 12288, 4, 2048},
+                          {"nemotron4-15b-tp4", 6144, 6144 + 2 * 1024, 24576, 24576, 4, 4096}};
+  std::vector<GemmCase> base;
+  const DType F = DType::FP8_E4M3;
+  for (const Model& md : models) {
+    const std::string tag = std::string("fp8acc:") + md.name;
+    const int64_t t = md.tokens;
+    // (in, out) of each linear on this rank
+    const std::pair<int64_t, int64_t> linears[] = {
+        {md.h, md.qkv / md.tp}, {md.h / md.tp, md.h}, {md.h, md.ffn_in / md.tp}, {md.ffn_out / md.tp, md.h}};
+    for (auto [in, out] : linears) {
+      base.push_back({F, true, t, out, in, tag + ":fprop"});
+      base.push_back({F, true, t, in, out, tag + ":dgrad"});
+      base.push_back({F, true, out, in, t, tag + ":wgrad"});
+    }
+    if (quick) break;
+  }
+  for (int64_t s : {2048, 4096, 8192}) base.push_back({F, true, s, s, s, "fp8acc:square"});
+  std::vector<GemmCase> plan;
+  std::set<std::tuple<int64_t, int64_t, int64_t>> seen;
+  for (const auto& c : base)
+    if (seen.insert({c.m, c.n, c.k}).second)
+      for (bool fast : {true, false}) {
+        GemmCase x = c;
+        x.fast_accum = fast;
+        plan.push_back(x);
+      }
+  return plan;
+}
+
 // Rough H200 rates, for budget checks and --list only.
 double predict_op_s(const GemmCase& c) {
   double rate = 700e12;
@@ -288,8 +337,9 @@ std::string setup_case(cublasLtHandle_t lt, const GemmCase& c, const float* d_on
     // Per-tensor scales are mandatory pointers for FP8 inputs (value 1.0 here).
     LT_TRY(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &d_one, sizeof d_one));
     LT_TRY(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &d_one, sizeof d_one));
-    // Fast accumulation: what Transformer Engine uses for the forward GEMMs.
-    const int8_t fast = 1;
+    // Fast accumulation: what Transformer Engine uses for the forward GEMMs (the fp8_acc phase
+    // also times them without it).
+    const int8_t fast = c.fast_accum ? 1 : 0;
     LT_TRY(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
   }
   const uint64_t m = c.m, n = c.n, k = c.k;
@@ -481,6 +531,7 @@ PlanSummary summarize(const std::vector<GemmCase>& plan, const std::vector<GemmC
 
 PlanSummary plan_gemm(bool quick) { return summarize(build_plan(quick), build_variant_plan(quick), quick); }
 PlanSummary plan_gemm_novel(bool quick) { return summarize(build_novel_plan(quick), {}, quick); }
+PlanSummary plan_fp8acc(bool quick) { return summarize(build_fp8acc_plan(quick), {}, quick); }
 
 namespace {
 void run_gemm_cases(PhaseContext& ctx, const char* kind, const std::vector<GemmCase>& plan,
@@ -492,6 +543,9 @@ void run_gemm_phase(PhaseContext& ctx) {
 }
 // Its rows are kind "gemm_novel": scaleout calibrate check reads them, the fit never does.
 void run_gemm_novel_phase(PhaseContext& ctx) { run_gemm_cases(ctx, "gemm_novel", build_novel_plan(ctx.quick), {}); }
+// Its rows are kind "gemm_fp8acc": scaleout calibrate fit reads their pairs (fast accumulation on
+// and off), not their times.
+void run_fp8acc_phase(PhaseContext& ctx) { run_gemm_cases(ctx, "gemm_fp8acc", build_fp8acc_plan(ctx.quick), {}); }
 
 namespace {
 void run_gemm_cases(PhaseContext& ctx, const char* kind, const std::vector<GemmCase>& plan,
@@ -570,7 +624,7 @@ void run_gemm_cases(PhaseContext& ctx, const char* kind, const std::vector<GemmC
     e.str("kind", kind).str("dtype", gemm_dtype_name(c.type)).str("layout", c.nt ? "nt" : "nn").str("tag", c.tag);
     e.integer("m", c.m).integer("n", c.n).integer("k", c.k);
     e.str("out_dtype", dtype_name(output_type(c.type)));
-    if (c.type == DType::FP8_E4M3) e.boolean("fast_accum", true);
+    if (c.type == DType::FP8_E4M3) e.boolean("fast_accum", c.fast_accum);
     return e;
   };
   // Times one case with one algorithm into e (timing, config, workspace and waves).

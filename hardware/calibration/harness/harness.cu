@@ -2,7 +2,7 @@
 // with (GEMM, attention, memory-bound kernels, PCIe, launch overhead) on one
 // GPU and writes them as JSON.
 //
-//   scaleout-harness --out FILE.json [--quick] [--only gemm,novel_gemm,attention,membound,pcie,launch]
+//   scaleout-harness --out FILE.json [--quick] [--only gemm,novel_gemm,fp8_acc,attention,membound,pcie,launch]
 //                    [--budget-s 240] [--sustain-ms 0] [--device N] [--no-fork] [--list] [--summarize FILE.json]
 //
 // Robustness for a single unattended run: the parent process never touches
@@ -54,6 +54,7 @@ const Phase kPhases[] = {
     {"pcie", 0.06, run_pcie_phase, plan_pcie},
     {"gemm", 0.45, run_gemm_phase, plan_gemm},
     {"novel_gemm", 0.06, run_gemm_novel_phase, plan_gemm_novel},  // shapes of no grid: a profile's check
+    {"fp8_acc", 0.05, run_fp8acc_phase, plan_fp8acc},              // FP8 fast accumulation on and off
     {"attention", 0.24, run_attention_phase, plan_attention},          // cuDNN
     {"attention_own", 0.10, run_attention_own_phase, plan_attention_own},  // own kernels
 };
@@ -74,7 +75,7 @@ struct Options {
 
 void usage() {
   fprintf(stderr,
-          "usage: scaleout-harness --out FILE.json [--quick] [--only gemm,novel_gemm,attention,attention_own,membound,pcie,launch]\n"
+          "usage: scaleout-harness --out FILE.json [--quick] [--only gemm,novel_gemm,fp8_acc,attention,attention_own,membound,pcie,launch]\n"
           "                        [--budget-s 240] [--sustain-ms 0] [--device N] [--no-fork] [--list] [--summarize FILE.json]\n"
           "  --quick      small plan (a smoke test of every phase, ~30 s)\n"
           "  --only       comma-separated phases to run (default: all; a prefix selects every phase it starts)\n"

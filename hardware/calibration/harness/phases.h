@@ -14,6 +14,7 @@ void run_membound_phase(PhaseContext& ctx);
 void run_pcie_phase(PhaseContext& ctx);
 void run_gemm_phase(PhaseContext& ctx);
 void run_gemm_novel_phase(PhaseContext& ctx);  // shapes of no grid, for checking a profile
+void run_fp8acc_phase(PhaseContext& ctx);      // FP8 products with and without fast accumulation
 void run_attention_phase(PhaseContext& ctx);      // cuDNN
 void run_attention_own_phase(PhaseContext& ctx);  // own kernels
 
@@ -28,6 +29,7 @@ PlanSummary plan_membound(bool quick);
 PlanSummary plan_pcie(bool quick);
 PlanSummary plan_gemm(bool quick);
 PlanSummary plan_gemm_novel(bool quick);
+PlanSummary plan_fp8acc(bool quick);
 PlanSummary plan_attention(bool quick);
 PlanSummary plan_attention_own(bool quick);
 
