@@ -80,6 +80,7 @@ GemmPlan ComputeModel::gemm_plan(const GemmShape& g, Dtype d) const {
   const double p_ov = profile_.gemm_overlap_exponent;
   const double sms = std::max(1, gpu_.sms);
   const double p_wq = profile_.wave_quantization;
+  const double accumulate = g.split_accumulate && eff_dtype == Dtype::fp8 ? profile_.fp8_split_accumulate : 1.0;
   best.time_s = 1e300;
   const bool one_tile = !aligned && profile_.gemm_unaligned_tile.m > 0 && profile_.gemm_unaligned_tile.n > 0;
   const std::span<const GemmTile> candidates =
@@ -103,7 +104,7 @@ GemmPlan ComputeModel::gemm_plan(const GemmShape& g, Dtype d) const {
       const double reduction = split > 1 ? double(g.m) * double(g.n) * double(g.batch) * 4.0 * split /
                                                (gpu_.hbm_bandwidth.value * profile_.memory_efficiency)
                                          : 0.0;
-      const double tc = work / eff * (1.0 + profile_.k_half(eff_dtype) / k);
+      const double tc = work / eff * (1.0 + profile_.k_half(eff_dtype) / k) * accumulate;
       const double t = latency + overlap(tc, t_stream, p_ov) + reduction;
       if (t < best.time_s) best = {t, work, work / k, reduction, stream, t_stream > tc, tc, t_stream, tile.m, tile.n, int(split)};
     }

@@ -78,6 +78,10 @@ struct ComputeProfile {
   // Whether cuBLAS cuts a GEMM's reduction across idle SMs (split-K) for a dtype; a calibration
   // decides per dtype by which of the two fits its measurements better.
   std::array<bool, kDtypeCount> gemm_split_k = all_dtypes_true();
+  // FP8 GEMMs run without fast accumulation (GemmShape::split_accumulate): their math takes this
+  // many times as long as with it. Fitted to the harness's fp8_acc pairs (the same product with
+  // fast accumulation on and off); 1: not measured.
+  double fp8_split_accumulate = 1.0;
   bool split_k(Dtype d) const { return gemm_split_k[static_cast<std::size_t>(d)]; }
   // Achieved fraction of HBM bandwidth for long streams.
   double memory_efficiency = 0.9;

@@ -21,6 +21,10 @@ struct GemmShape {
   // 16 bytes for cuBLAS's vectorised kernels): n and k for a plain product and for dgrad; m and n
   // for a weight gradient (A is the transposed output gradient).
   bool a_transposed = false;
+  // FP8 only: the tensor cores' partial sums promoted to fp32 as the reduction goes (cuBLASLt
+  // without fast accumulation; Transformer Engine's split accumulator, its default for the dgrad
+  // and wgrad products): the math takes ComputeProfile::fp8_split_accumulate times as long.
+  bool split_accumulate = false;
   double flops() const { return 2.0 * double(m) * double(n) * double(k) * double(batch); }
 };
 

@@ -284,7 +284,13 @@ class Builder {
                                   needs_grad(xc) ? +1 : 0, O::bulk));
       op.bwd_workspace_bytes = 2 * tokens_ * double(in) * act;
     }
-    if (needs_grad(xc)) op.bwd.push_back(gemm_kernel(name + "_dgrad", t, in, out, group_, r_.compute));
+    // Transformer Engine runs FP8's gradient products with the split accumulator (module/base.py:
+    // _2X_ACC_DGRAD and _2X_ACC_WGRAD True, _2X_ACC_FPROP False).
+    const bool split_acc = r_.compute == Dtype::fp8;
+    if (needs_grad(xc)) {
+      op.bwd.push_back(gemm_kernel(name + "_dgrad", t, in, out, group_, r_.compute));
+      op.bwd.back().gemm.split_accumulate = split_acc;
+    }
     if (col && needs_grad(xc))
       op.bwd.push_back(overlapped(comm_kernel(name + (sp() ? "_grad_reducescatter" : "_grad_allreduce"),
                                               sp() ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce, CommGroup::tp,
@@ -294,6 +300,7 @@ class Builder {
       op.weight_from = int(op.bwd.size());
       op.bwd.push_back(gemm_kernel(name + "_wgrad", out, in, t, group_, r_.compute));
       op.bwd.back().gemm.a_transposed = true;
+      op.bwd.back().gemm.split_accumulate = split_acc;
       if (bias) op.bwd.push_back(mem_kernel(name + "_bgrad", out_tokens * double(out) * nb * act, c));
     }
     tape_.tensors[y].requires_grad = !frozen || needs_grad(xc);

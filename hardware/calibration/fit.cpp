@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include <Eigen/Dense>
 
@@ -64,6 +65,58 @@ double math_part(double total, double tm, double p) {
 
 }  // namespace
 
+std::vector<AccumulatePair> accumulate_pairs(const std::vector<KernelMeasurement>& rows, int hold_out_every) {
+  std::vector<AccumulatePair> pairs;
+  // Pairs: the fast and the split row of one shape, in the file's order of the fast rows.
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool>, const KernelMeasurement*> split_of;
+  auto key = [](const KernelMeasurement& r) {
+    const GemmShape& g = r.kernel.gemm;
+    return std::make_tuple(g.m, g.n, g.k, g.batch, g.a_transposed);
+  };
+  for (const auto& r : rows)
+    if (r.accumulate_pair && r.kernel.gemm.split_accumulate && r.seconds > 0) split_of[key(r)] = &r;
+  int n = 0;
+  for (const auto& r : rows) {
+    if (!r.accumulate_pair || r.kernel.gemm.split_accumulate || !(r.seconds > 0)) continue;
+    const auto it = split_of.find(key(r));
+    if (it == split_of.end()) continue;
+    pairs.push_back({&r, it->second, it->second->seconds / r.seconds, 0, n++ % hold_out_every == hold_out_every - 1});
+  }
+  return pairs;
+}
+
+AccumulateFit fit_fp8_split_accumulate(const GpuSpec& gpu, const ComputeProfile& profile,
+                                       const std::vector<KernelMeasurement>& rows, int hold_out_every) {
+  AccumulateFit out;
+  out.pairs = accumulate_pairs(rows, hold_out_every);
+  if (out.pairs.empty()) return out;
+  ComputeProfile p = profile;
+  auto ratio = [&](const AccumulatePair& pr) {
+    const ComputeModel cm(gpu, p);
+    return cm.time(pr.split->kernel).seconds() / cm.time(pr.fast->kernel).seconds();
+  };
+  // One parameter, a smooth objective: a grid of 0.1 % steps from 1 to 2.5.
+  double best = 1e300;
+  for (double f = 1.0; f <= 2.5 + 1e-9; f += 0.001) {
+    p.fp8_split_accumulate = f;
+    double err = 0;
+    for (const auto& pr : out.pairs)
+      if (!pr.held_out) err += std::pow(ratio(pr) / pr.measured_ratio - 1.0, 2);
+    if (err < best) best = err, out.factor = f;
+  }
+  p.fp8_split_accumulate = out.factor;
+  std::vector<double> held;
+  for (auto& pr : out.pairs) {
+    pr.predicted_ratio = ratio(pr);
+    if (pr.held_out) held.push_back(std::fabs(pr.predicted_ratio / pr.measured_ratio - 1.0));
+  }
+  out.ratio.fitted = out.pairs.size() - held.size();
+  out.ratio.held_out = held.size();
+  out.ratio.median_rel_error = median(held);
+  out.ratio.worst_rel_error = held.empty() ? 0 : *std::max_element(held.begin(), held.end());
+  return out;
+}
+
 FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& rows, const ComputeProfile& start,
                       int hold_out_every) {
   FitReport rep;
@@ -72,7 +125,7 @@ FitReport fit_profile(const GpuSpec& gpu, const std::vector<KernelMeasurement>& 
   std::vector<const KernelMeasurement*> gemm_fit, gemm_held, mem_fit, mem_held, att_fit, att_held;
   int ng = 0, nm = 0, na = 0;
   for (const auto& r : rows) {
-    if (!(r.seconds > 0) || r.novel) continue;
+    if (!(r.seconds > 0) || r.novel || r.accumulate_pair) continue;
     switch (r.kernel.kind) {
       case KernelKind::gemm: (ng++ % hold_out_every == hold_out_every - 1 ? gemm_held : gemm_fit).push_back(&r); break;
       case KernelKind::memory: (nm++ % hold_out_every == hold_out_every - 1 ? mem_held : mem_fit).push_back(&r); break;

@@ -29,6 +29,10 @@ struct KernelMeasurement {
   bool workspace = false;
   // A row of shapes kept out of every fit (the harness's novel_gemm phase): checks only.
   bool novel = false;
+  // A row of the harness's fp8_acc phase (an FP8 product timed with fast accumulation on and,
+  // beside it, off; kernel.gemm.split_accumulate says which): kept out of the compute fit, read in
+  // pairs by fit_fp8_split_accumulate.
+  bool accumulate_pair = false;
   // The output tile (in the row-major m x n orientation) and split-K of that algorithm, where the
   // harness could read them from its configuration (0: not recorded).
   int tile_m = 0, tile_n = 0, split_k = 0;
@@ -51,6 +55,26 @@ struct FitReport {
   FitStats gemm, memory, attention;
   std::vector<std::string> notes;
 };
+
+// FP8 split accumulation (ComputeProfile::fp8_split_accumulate) from the harness's fp8_acc pairs:
+// the same product timed with fast accumulation on and off. Fitted to the pairs' ratios (off / on)
+// rather than their times, so that the GEMM model's own error on a shape does not enter it; every
+// `hold_out_every`-th pair is kept out and its ratio's error reported.
+struct AccumulatePair {
+  const KernelMeasurement *fast, *split;
+  double measured_ratio = 0, predicted_ratio = 0;
+  bool held_out = false;
+};
+struct AccumulateFit {
+  double factor = 1.0;  // the fitted fp8_split_accumulate; 1 when there were no pairs
+  std::vector<AccumulatePair> pairs;
+  FitStats ratio;  // the held-out pairs' ratio error
+};
+// The pairs of a measurements file, in the order of their fast rows (every `hold_out_every`-th
+// marked held out; ratios measured, not predicted).
+std::vector<AccumulatePair> accumulate_pairs(const std::vector<KernelMeasurement>& rows, int hold_out_every = 4);
+AccumulateFit fit_fp8_split_accumulate(const GpuSpec& gpu, const ComputeProfile& profile,
+                                       const std::vector<KernelMeasurement>& rows, int hold_out_every = 4);
 
 // Every `hold_out_every`-th measurement of each kind (by its order) is kept out of the fit and
 // used to report the error.

@@ -186,4 +186,10 @@ TEST_CASE("a profile's multi_tensor_efficiency is read by dtype and checked", "[
              Catch::Contains("t.json: /multi_tensor_efficiency/bf61: unknown key"));
   CHECK_THAT(error_of(R"({"name": "t", "gpu": "h200", "measured_on": "test", "multi_tensor_efficiency": {"bf16": 1.5}})"),
              Catch::Contains("t.json: /multi_tensor_efficiency/bf16"));
+  // FP8 split accumulation: a time factor of at least 1.
+  CHECK(parse_profile(Json::parse(R"({"name": "t", "gpu": "h200", "measured_on": "test", "gemm_fp8_split_accumulate": 1.2})"),
+                      "t.json", "", h200)
+            .fp8_split_accumulate == 1.2);
+  CHECK_THAT(error_of(R"({"name": "t", "gpu": "h200", "measured_on": "test", "gemm_fp8_split_accumulate": 0.9})"),
+             Catch::Contains("t.json: /gemm_fp8_split_accumulate"));
 }

@@ -324,3 +324,33 @@ TEST_CASE("FP8 linears cast their inputs and output gradients, except where the 
   for (const OpRec& op : build_step_tape(m, tr, st).ops)
     for (const Kernel& k : op.fwd) CHECK(k.name.find("fp8_cast") == std::string::npos);
 }
+
+TEST_CASE("FP8 gradient GEMMs run with the split accumulator, the forward ones with fast accumulation", "[models][fp8]") {
+  // Transformer Engine's module/base.py: _2X_ACC_FPROP False, _2X_ACC_DGRAD and _2X_ACC_WGRAD True.
+  const TransformerSpec m = load_model("llama-3.2-1b");
+  TrainingSpec tr;
+  tr.seq_len = 1024;
+  tr.micro_batch = 2;
+  tr.precision = *precision_recipe("nemo-fp8");
+  StageSpec st;
+  int fwd = 0, grads = 0;
+  for (const OpRec& op : build_step_tape(m, tr, st).ops) {
+    for (const Kernel& k : op.fwd)
+      if (k.kind == KernelKind::gemm) {
+        CHECK_FALSE(k.gemm.split_accumulate);
+        ++fwd;
+      }
+    for (const Kernel& k : op.bwd)
+      if (k.kind == KernelKind::gemm && k.dtype == Dtype::fp8) {
+        CHECK(k.gemm.split_accumulate);
+        CHECK((k.name.ends_with("_dgrad") || k.name.ends_with("_wgrad")));
+        ++grads;
+      }
+  }
+  CHECK(fwd > 0);
+  CHECK(grads > 0);
+  // BF16 has no such thing.
+  tr.precision = *precision_recipe("nemo-bf16");
+  for (const OpRec& op : build_step_tape(m, tr, st).ops)
+    for (const Kernel& k : op.bwd) CHECK_FALSE(k.gemm.split_accumulate);
+}

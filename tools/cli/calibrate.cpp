@@ -49,14 +49,22 @@ std::vector<KernelMeasurement> read_measurements(const std::string& file, std::s
     };
     const std::string kind = str("kind");
     KernelMeasurement km;
-    if (kind == "gemm" || kind == "gemm_novel") {
+    if (kind == "gemm" || kind == "gemm_novel" || kind == "gemm_fp8acc") {
       km.kernel.kind = KernelKind::gemm;
       km.novel = kind == "gemm_novel";
+      if (kind == "gemm_fp8acc") {
+        km.accumulate_pair = true;
+        if (!m.contains("fast_accum") || !m["fast_accum"].is_boolean())
+          throw InputError(file, path + "/fast_accum", "expected true or false (an fp8_acc row says how it accumulated)");
+        km.kernel.gemm.split_accumulate = !m["fast_accum"].get<bool>();
+      }
       const auto d = parse_dtype(str("dtype"));
       if (!d) throw InputError(file, path + "/dtype", "unknown dtype");
       km.kernel.dtype = *d;
+      const bool split_acc = km.kernel.gemm.split_accumulate;
       km.kernel.gemm = GemmShape{std::int64_t(num("m")), std::int64_t(num("n")), std::int64_t(num("k")),
                                  m.contains("batch") ? std::int64_t(num("batch")) : 1};
+      km.kernel.gemm.split_accumulate = split_acc;
       // The harness's row-major layouts: "tn" and "tt" transpose A (its leading dimension is m).
       const std::string layout = m.value("layout", std::string("nn"));
       km.kernel.gemm.a_transposed = !layout.empty() && layout[0] == 't';
@@ -94,7 +102,7 @@ std::vector<KernelMeasurement> read_measurements(const std::string& file, std::s
       // first (what frameworks run): kept in the file, not part of the compute fit.
       continue;
     } else {
-      throw InputError(file, path + "/kind", "expected gemm, gemm_novel, gemm_variant, attention, membound, pcie or launch, got \"" + kind + "\"");
+      throw InputError(file, path + "/kind", "expected gemm, gemm_novel, gemm_fp8acc, gemm_variant, attention, membound, pcie or launch, got \"" + kind + "\"");
     }
     km.seconds = num("time_s");
     if (!(km.seconds > 0)) throw InputError(file, path + "/time_s", "expected a positive time");
@@ -427,10 +435,21 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
                {"notes", rep.notes}}},
   };
   if (p.gemm_unaligned_tile.m > 0) out["gemm_unaligned_tile"] = {{"m", p.gemm_unaligned_tile.m}, {"n", p.gemm_unaligned_tile.n}};
+  // FP8 split accumulation, where the file has the fp8_acc phase's pairs.
+  const AccumulateFit acc = fit_fp8_split_accumulate(gpu, p, rows);
+  if (!acc.pairs.empty()) {
+    out["gemm_fp8_split_accumulate"] = acc.factor;
+    out["fit"]["fp8_split_accumulate"] = stats(acc.ratio);
+  }
   char buf[256];
   for (const auto& [name, s] : {std::pair{"GEMM", rep.gemm}, {"memory-bound", rep.memory}, {"attention", rep.attention}}) {
     std::snprintf(buf, sizeof buf, "%-13s fitted %4zu, held out %4zu: median error %5.1f%%, worst %5.1f%%\n", name,
                   s.fitted, s.held_out, 100 * s.median_rel_error, 100 * s.worst_rel_error);
+    os << buf;
+  }
+  if (!acc.pairs.empty()) {
+    std::snprintf(buf, sizeof buf, "FP8 split accumulation: %.3f x the math, from %zu pairs; held out %zu: ratio error median %.1f%%, worst %.1f%%\n",
+                  acc.factor, acc.ratio.fitted, acc.ratio.held_out, 100 * acc.ratio.median_rel_error, 100 * acc.ratio.worst_rel_error);
     os << buf;
   }
   for (const auto& n : rep.notes) os << "note: " << n << "\n";
@@ -458,6 +477,35 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
     }
   }
   os << "wrote " << o.out << "\n";
+}
+
+void calibrate_fp8_accumulate(const std::string& measurements, const std::string& profile_file, const std::string& gpu_given,
+                              const std::string& out, std::ostream& os) {
+  std::string gpu_name, measured_on;
+  const auto rows = read_measurements(measurements, &gpu_name, &measured_on);
+  const std::string zoo = zoo_gpu(gpu_name, gpu_given, measurements);
+  const GpuSpec gpu = load_gpu(zoo);
+  Json j = load_json_file(profile_file);
+  const ComputeProfile profile = parse_profile(j, profile_file, "", gpu);
+  const AccumulateFit acc = fit_fp8_split_accumulate(gpu, profile, rows);
+  if (acc.pairs.empty())
+    throw InputError(measurements, "/measurements", "expected the fp8_acc phase's rows (kind gemm_fp8acc, fast_accum true and false)");
+  char buf[200];
+  os << "FP8 products, fast accumulation off / on (" << gpu_name << (measured_on.empty() ? "" : ", " + measured_on) << "):\n";
+  os << "       m       n       k   fast      off       measured  predicted\n";
+  for (const AccumulatePair& pr : acc.pairs) {
+    const GemmShape& g = pr.fast->kernel.gemm;
+    std::snprintf(buf, sizeof buf, "%8lld%8lld%8lld %8.1f us %8.1f us  %6.3f    %6.3f%s\n", (long long)g.m, (long long)g.n, (long long)g.k,
+                  pr.fast->seconds * 1e6, pr.split->seconds * 1e6, pr.measured_ratio, pr.predicted_ratio, pr.held_out ? "  (held out)" : "");
+    os << buf;
+  }
+  std::snprintf(buf, sizeof buf, "fitted gemm_fp8_split_accumulate = %.3f on %zu pairs; held out %zu: ratio error median %.1f%%, worst %.1f%%\n",
+                acc.factor, acc.ratio.fitted, acc.ratio.held_out, 100 * acc.ratio.median_rel_error, 100 * acc.ratio.worst_rel_error);
+  os << buf;
+  j["gemm_fp8_split_accumulate"] = acc.factor;
+  j["source"] = j.value("source", std::string()) + "; gemm_fp8_split_accumulate by scaleout calibrate fp8-accumulate " + measurements;
+  write_profile(j, out, zoo);
+  os << "wrote " << out << "\n";
 }
 
 void calibrate_check(const std::string& measurements, const std::string& profile_file, const std::string& gpu_given,
@@ -505,6 +553,11 @@ void calibrate_check(const std::string& measurements, const std::string& profile
       }
       csv << "\n";
     }
+  }
+  // The fp8_acc pairs: what split accumulation costs, measured against the profile's factor.
+  for (const AccumulatePair& pr : accumulate_pairs(rows, 1 << 30)) {
+    const double predicted = cm.time(pr.split->kernel).seconds() / cm.time(pr.fast->kernel).seconds();
+    errors["FP8 split/fast"].push_back(std::fabs(predicted / pr.measured_ratio - 1.0));
   }
   os << "profile " << profile_file << " against " << measurements << " (" << gpu_name
      << (measured_on.empty() ? "" : ", " + measured_on) << "):\n";

@@ -131,6 +131,14 @@ void register_commands(CLI::App& app) {
   check->add_option("--gpu", (*kopts)[2], "Zoo GPU the measurements ran on (default: from the file)");
   check->add_option("--residuals", (*kopts)[3], "Write every row's measured and predicted time (CSV)");
   check->callback([kopts] { calibrate_check((*kopts)[0], (*kopts)[1], (*kopts)[2], (*kopts)[3], std::cout); });
+  auto aopts = std::make_shared<std::array<std::string, 4>>();
+  CLI::App* acc = calibrate->add_subcommand(
+      "fp8-accumulate", "Fit what FP8 GEMMs without fast accumulation cost (gemm_fp8_split_accumulate) to the harness's fp8_acc pairs");
+  acc->add_option("measurements", (*aopts)[0], "measurements.json from scaleout-harness --only fp8_acc")->required();
+  acc->add_option("--profile", (*aopts)[1], "Profile to start from (file)")->required();
+  acc->add_option("-o,--out", (*aopts)[2], "Profile to write")->required();
+  acc->add_option("--gpu", (*aopts)[3], "Zoo GPU the measurements ran on (default: from the file)");
+  acc->callback([aopts] { calibrate_fp8_accumulate((*aopts)[0], (*aopts)[1], (*aopts)[3], (*aopts)[2], std::cout); });
   calibrate->require_subcommand(1);
   register_sweep_command(app);
   register_collective_command(app);

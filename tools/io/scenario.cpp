@@ -259,6 +259,7 @@ ComputeProfile parse_profile(const Json& j, const std::string& file, const std::
     r.ignore("gemm_k_half_by_dtype");
   }
   p.wave_quantization = r.number_or("wave_quantization", p.wave_quantization, 0.0, 1.0);
+  p.fp8_split_accumulate = r.number_or("gemm_fp8_split_accumulate", p.fp8_split_accumulate, 1.0, 4.0);
   p.gemm_memory_efficiency = r.number_or("gemm_memory_efficiency", p.gemm_memory_efficiency, 1e-3, 1.0);
   p.gemm_overlap_exponent = r.number_or("gemm_overlap_exponent", p.gemm_overlap_exponent, 0.0, 100.0);
   p.gemm_unaligned_efficiency = r.number_or("gemm_unaligned_efficiency", p.gemm_unaligned_efficiency, 1e-3, 1.0);
