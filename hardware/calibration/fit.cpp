@@ -97,7 +97,8 @@ AccumulateFit fit_fp8_split_accumulate(const GpuSpec& gpu, const ComputeProfile&
   };
   // One parameter, a smooth objective: a grid of 0.1 % steps from 1 to 2.5.
   double best = 1e300;
-  for (double f = 1.0; f <= 2.5 + 1e-9; f += 0.001) {
+  for (int i = 0; i <= 1500; ++i) {
+    const double f = 1.0 + 0.001 * i;
     p.fp8_split_accumulate = f;
     double err = 0;
     for (const auto& pr : out.pairs)
