@@ -88,6 +88,10 @@ struct ComputeProfile {
   // The same for multi-tensor (foreach) kernels by element dtype (Kernel::multi_tensor); 0: not
   // measured, memory_efficiency.
   std::array<double, kDtypeCount> multi_tensor_efficiency{};
+  // Eager elementwise kernels that are not vectorized (Kernel::Access): an upcast's element-by-
+  // element loop and the generic strided loop, as fractions of HBM bandwidth; 0: not measured,
+  // memory_efficiency.
+  double unrolled_efficiency = 0, strided_efficiency = 0;
   // Fixed GPU-side cost of every kernel (launch, ramp-up, tail).
   Time kernel_latency = Time::from_us(2.5);
   // Row reductions (LayerNorm, RMSNorm, softmax) stream less well and cost more to start.

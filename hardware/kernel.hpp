@@ -54,6 +54,14 @@ struct Kernel {
   // 16-bit tensors move half the bytes an access of 32-bit ones and stream at their own
   // efficiency, by `dtype` (ComputeProfile::multi_tensor_efficiency).
   bool multi_tensor = false;
+  // How an eager PyTorch elementwise kernel walks its tensors (ATen's gpu_kernel_impl, Loops.cuh):
+  // vectorized, contiguous operands of one dtype in vector loads (the common case); unrolled,
+  // contiguous but converting dtypes element by element (an upcast: Copy.cu runs only fp32 ->
+  // bf16/fp16 through its vectorized copies); strided, an operand broadcast or not contiguous
+  // (the generic indexed loop, e.g. masked_fill with an s x s mask over every head). Each streams
+  // at its own efficiency (ComputeProfile::unrolled_efficiency, strided_efficiency).
+  enum class Access : std::uint8_t { vectorized, unrolled, strided };
+  Access access = Access::vectorized;
   CollectiveKind coll = CollectiveKind::all_reduce;
   CommGroup group = CommGroup::tp;
   std::string name;

@@ -170,13 +170,27 @@ class Builder {
 
   // `elems`: how much of x is cast (an expert's linear casts only the rows routed to it).
   int cast(int x, Dtype d, double elems = 0) {
-    if (dtype_[x] == d) return x;
-    if (elems <= 0 || elems >= elems_[x]) return ew("to_" + std::string(to_string(d)), {x}, elems_[x], d);
-    const int out = ew("to_" + std::string(to_string(d)), {x}, elems, d);
-    // It reads only that slice of x (and backward writes only its gradient).
-    const double read = elems * dtype_bytes(dtype_[x]);
-    for (Kernel& k : tape_.ops.back().fwd) k.bytes = bytes(out) + read;
-    for (Kernel& k : tape_.ops.back().bwd) k.bytes = bytes(out) + read;
+    const Dtype from = dtype_[x];
+    if (from == d) return x;
+    const bool whole = elems <= 0 || elems >= elems_[x];
+    const int out = ew("to_" + std::string(to_string(d)), {x}, whole ? elems_[x] : elems, d);
+    OpRec& op = tape_.ops.back();
+    if (!whole) {
+      // It reads only that slice of x (and backward writes only its gradient).
+      const double read = elems * dtype_bytes(from);
+      for (Kernel& k : op.fwd) k.bytes = bytes(out) + read;
+      for (Kernel& k : op.bwd) k.bytes = bytes(out) + read;
+    }
+    // Eager ATen copies vectorize only fp32 -> bf16/fp16 (Copy.cu's bfloat16_copy_kernel_cuda and
+    // float16_copy_kernel_cuda); any other conversion, an upcast above all, runs the element-by-
+    // element dynamic-casting loop. Backward converts the other way.
+    if (!r_.fused_kernels) {
+      auto access = [](Dtype a, Dtype b) {
+        return a == Dtype::fp32 && (b == Dtype::bf16 || b == Dtype::fp16) ? Kernel::Access::vectorized : Kernel::Access::unrolled;
+      };
+      for (Kernel& k : op.fwd) k.access = access(from, d);
+      for (Kernel& k : op.bwd) k.access = access(d, from);
+    }
     return out;
   }
 
@@ -508,8 +522,15 @@ class Builder {
         pc = ew("scale_mask_softmax", {scores}, ss, c, {}, true);
       } else {
         const int scaled = ew("scale_mask", {scores}, ss, c, {}, false, 2);
+        // The second kernel is masked_fill_ with the s x s mask broadcast over batch and heads:
+        // ATen's strided loop, forward and backward (grad.masked_fill(mask, 0)).
+        for (auto* ks : {&tape_.ops.back().fwd, &tape_.ops.back().bwd})
+          if (ks->size() == 2) (*ks)[1].access = Kernel::Access::strided;
         const int sf = cast(scaled, Dtype::fp32);
         const int p = ew("softmax", {sf}, ss, Dtype::fp32, {}, true);
+        // ATen's CUDA softmax backward multiplies the gradient by the output in a kernel of its
+        // own first (SoftMax.cu, softmax_backward_cuda_out: tmp = grad * output), then reduces.
+        tape_.ops.back().bwd.insert(tape_.ops.back().bwd.begin(), mem_kernel("softmax_bwd_mul", 3 * bytes(p), Dtype::fp32));
         pc = cast(p, c);
       }
       pc = dropout("attn_dropout", pc);

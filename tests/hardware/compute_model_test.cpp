@@ -167,6 +167,31 @@ TEST_CASE("multi-tensor (foreach) kernels stream at their element width's measur
   CHECK(cm.time(k) == cm.memory_time(4e9));
 }
 
+TEST_CASE("unvectorized elementwise kernels stream at their own measured efficiency", "[hardware]") {
+  const GpuSpec h200 = load_gpu("h200");
+  ComputeProfile p = default_profile(h200);
+  Kernel k;
+  k.kind = KernelKind::memory;
+  k.bytes = 4e9;
+  k.access = Kernel::Access::unrolled;
+  // Unmeasured: the streaming efficiency.
+  CHECK(ComputeModel(h200, p).time(k) == ComputeModel(h200, p).memory_time(4e9));
+  p.unrolled_efficiency = 0.5;
+  p.strided_efficiency = 0.4;
+  const ComputeModel cm(h200, p);
+  CHECK(cm.time(k).seconds() == Approx(p.kernel_latency.seconds() + 4e9 / (h200.hbm_bandwidth.value * 0.5)).epsilon(1e-9));
+  k.access = Kernel::Access::strided;
+  CHECK(cm.time(k).seconds() == Approx(p.kernel_latency.seconds() + 4e9 / (h200.hbm_bandwidth.value * 0.4)).epsilon(1e-9));
+  k.access = Kernel::Access::vectorized;
+  CHECK(cm.time(k) == cm.memory_time(4e9));
+  Json j = Json::parse(R"({"name": "t", "gpu": "h200", "measured_on": "test", "unrolled_efficiency": 0.53, "strided_efficiency": 0.37})");
+  const ComputeProfile q = parse_profile(j, "t.json", "", h200);
+  CHECK(q.unrolled_efficiency == 0.53);
+  CHECK(q.strided_efficiency == 0.37);
+  j["strided_efficiency"] = 1.4;
+  CHECK_THROWS_WITH(parse_profile(j, "t.json", "", h200), Catch::Contains("t.json: /strided_efficiency"));
+}
+
 TEST_CASE("a profile's multi_tensor_efficiency is read by dtype and checked", "[hardware][io]") {
   const GpuSpec h200 = load_gpu("h200");
   Json j = Json::parse(R"({"name": "t", "gpu": "h200", "measured_on": "test", "multi_tensor_efficiency": {"bf16": 0.65, "fp32": 0.78}})");

@@ -108,3 +108,51 @@ TEST_CASE("a plain MLP: two ffn-wide matrices, fc1 and fc2 on the tape, checked 
   CHECK_THROWS_WITH(parse_scenario(with({{"arch", "gpt"}, {"activation", "squared_relu"}}), "m.json"),
                     Catch::Contains("/model/activation") && Catch::Contains("arch llama"));
 }
+
+TEST_CASE("eager kernels say how ATen walks their tensors: upcasts unrolled, the broadcast mask strided", "[models]") {
+  // Copy.cu vectorizes only fp32 -> bf16/fp16; masked_fill_ with an s x s mask over every head runs
+  // the strided loop; SoftMax.cu's backward multiplies grad * output in a kernel of its own first.
+  const TransformerSpec m = load_model("llama-3.2-1b");
+  TrainingSpec tr;
+  tr.seq_len = 1024;
+  tr.micro_batch = 2;
+  tr.precision = *precision_recipe("bf16-mixed");
+  tr.attention = AttentionImpl::naive;
+  StageSpec st;
+  int upcasts = 0, downcasts = 0, masks = 0, muls = 0;
+  for (const OpRec& op : build_step_tape(m, tr, st).ops) {
+    if (op.layer != 1) continue;
+    for (std::size_t i = 0; i < op.fwd.size(); ++i) {
+      const Kernel& k = op.fwd[i];
+      if (k.name == "to_fp32") {
+        CHECK(k.access == Kernel::Access::unrolled);
+        for (const Kernel& b : op.bwd) CHECK(b.access == Kernel::Access::vectorized);
+        ++upcasts;
+      } else if (k.name == "to_bf16") {
+        CHECK(k.access == Kernel::Access::vectorized);
+        for (const Kernel& b : op.bwd) CHECK(b.access == Kernel::Access::unrolled);
+        ++downcasts;
+      } else if (k.name == "scale_mask") {
+        CHECK(k.access == (i == 1 ? Kernel::Access::strided : Kernel::Access::vectorized));
+        if (i == 1) ++masks;
+      }
+    }
+    for (std::size_t i = 0; i < op.bwd.size(); ++i)
+      if (op.bwd[i].name == "softmax_bwd_mul") {
+        REQUIRE(i + 1 < op.bwd.size());
+        CHECK(op.bwd[i + 1].name == "softmax_bwd");
+        CHECK(op.bwd[i].bytes == Approx(op.bwd[i + 1].bytes));  // grad and output read, tmp written
+        CHECK_FALSE(op.bwd[i].reduction);
+        ++muls;
+      }
+  }
+  CHECK(upcasts == 1);     // the scores' (the fp32 residual stream's norms have nothing to upcast)
+  CHECK(downcasts >= 3);  // the probabilities, and autocast's casts of the linears' inputs
+  CHECK(masks == 1);
+  CHECK(muls == 1);
+  // Compiled (fused) kernels have no such loops.
+  tr.precision.fused_kernels = true;
+  for (const OpRec& op : build_step_tape(m, tr, st).ops)
+    for (const auto* ks : {&op.fwd, &op.bwd})
+      for (const Kernel& k : *ks) CHECK(k.access == Kernel::Access::vectorized);
+}
