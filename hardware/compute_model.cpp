@@ -135,7 +135,7 @@ Time ComputeModel::time(const Kernel& k) const {
       const double mt = k.multi_tensor ? profile_.multi_tensor_efficiency[static_cast<std::size_t>(k.dtype)] : 0.0;
       if (mt > 0) return streamed(k.bytes, mt, profile_.kernel_latency);
       const double slow = k.access == Kernel::Access::unrolled  ? profile_.unrolled_efficiency
-                          : k.access == Kernel::Access::strided ? profile_.strided_efficiency
+                          : k.access == Kernel::Access::strided ? profile_.strided_efficiency[static_cast<std::size_t>(k.dtype)]
                                                                 : 0.0;
       return slow > 0 && !k.reduction ? streamed(k.bytes, slow, profile_.kernel_latency) : memory_time(k.bytes, k.reduction);
     }

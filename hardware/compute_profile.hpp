@@ -89,9 +89,11 @@ struct ComputeProfile {
   // measured, memory_efficiency.
   std::array<double, kDtypeCount> multi_tensor_efficiency{};
   // Eager elementwise kernels that are not vectorized (Kernel::Access): an upcast's element-by-
-  // element loop and the generic strided loop, as fractions of HBM bandwidth; 0: not measured,
-  // memory_efficiency.
-  double unrolled_efficiency = 0, strided_efficiency = 0;
+  // element loop, and the generic strided loop by element dtype (its accesses are one element
+  // each: 16-bit ones move half the bytes of 32-bit ones), as fractions of HBM bandwidth; 0: not
+  // measured, memory_efficiency.
+  double unrolled_efficiency = 0;
+  std::array<double, kDtypeCount> strided_efficiency{};
   // Fixed GPU-side cost of every kernel (launch, ramp-up, tail).
   Time kernel_latency = Time::from_us(2.5);
   // Row reductions (LayerNorm, RMSNorm, softmax) stream less well and cost more to start.

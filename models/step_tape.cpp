@@ -399,10 +399,15 @@ class Builder {
     const int sq = ew(name + ".pow", {xf}, elems, Dtype::fp32, {xf});
     const int ms = ew(name + ".mean", {sq}, rows, Dtype::fp32);
     const int rs = ew(name + ".rsqrt", {ms}, rows, Dtype::fp32, {}, true, 2);
+    // xf * rs and w * n multiply by a broadcast operand (a statistic per row, a weight per
+    // column): ATen's strided loop forward. (Backward's two products each, one broadcast and one
+    // not, stay one vectorized kernel here.)
     const int n = ew(name + ".mul", {xf, rs}, elems, Dtype::fp32, {xf, rs});
+    tape_.ops.back().fwd.front().access = Kernel::Access::strided;
     const int nc = cast(n, dtype_[x]);
     const Dtype od = r_.autocast ? Dtype::fp32 : dtype_[x];
     const int y = ew(name + ".weight", {nc}, elems, od, {nc});
+    tape_.ops.back().fwd.front().access = Kernel::Access::strided;
     OpRec& last = tape_.ops.back();
     last.param = tape_.add_param(w, !t_.lora, layer_, ParamSplit::replicated);
     if (!tape_.params[last.param].trainable) last.param = -1;
@@ -551,10 +556,16 @@ class Builder {
 
   int rope(const std::string& name, int x) {
     if (r_.fused_kernels) return ew(name + ".rope", {x}, elems_[x], dtype_[x]);
-    // q * cos + rotate_half(q) * sin, eagerly: four kernels, nothing large saved.
+    // q * cos + rotate_half(q) * sin, eagerly: four kernels, nothing large saved. The two
+    // products multiply by a (seq, head_dim) table broadcast over batch and heads (and q is a
+    // transposed view): ATen's strided loop, forward and backward.
     const int a = ew(name + ".rope_cos", {x}, elems_[x], dtype_[x]);
+    for (auto* ks : {&tape_.ops.back().fwd, &tape_.ops.back().bwd})
+      for (Kernel& k : *ks) k.access = Kernel::Access::strided;
     const int rh = ew(name + ".rotate_half", {x}, elems_[x], dtype_[x], {}, false, 2);
     const int b = ew(name + ".rope_sin", {rh}, elems_[x], dtype_[x]);
+    for (auto* ks : {&tape_.ops.back().fwd, &tape_.ops.back().bwd})
+      for (Kernel& k : *ks) k.access = Kernel::Access::strided;
     return ew(name + ".rope_add", {a, b}, elems_[x], dtype_[x]);
   }
 
@@ -841,6 +852,9 @@ class Builder {
       for (const char* what : {"ce_max_allreduce", "ce_sum_allreduce", "ce_target_allreduce"})
         tape_.ops.back().fwd.push_back(comm_kernel(what, CollectiveKind::all_reduce, CommGroup::tp, tokens_ * 4));
     ew("nll_loss", {ls}, 1, Dtype::fp32);
+    // nll_loss gathers one log-probability a row (nll_loss_forward_reduce_cuda_kernel_2d), not the
+    // whole row; its backward writes the whole gradient (zeros, then -1/N at each target).
+    for (Kernel& k : tape_.ops.back().fwd) k.bytes = tokens_ * dtype_bytes(dtype_[ls]) + 4;
   }
 
   // ---- repeating a block -------------------------------------------------------------------------

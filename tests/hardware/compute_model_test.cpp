@@ -177,19 +177,23 @@ TEST_CASE("unvectorized elementwise kernels stream at their own measured efficie
   // Unmeasured: the streaming efficiency.
   CHECK(ComputeModel(h200, p).time(k) == ComputeModel(h200, p).memory_time(4e9));
   p.unrolled_efficiency = 0.5;
-  p.strided_efficiency = 0.4;
+  p.strided_efficiency[static_cast<std::size_t>(Dtype::bf16)] = 0.4;
   const ComputeModel cm(h200, p);
   CHECK(cm.time(k).seconds() == Approx(p.kernel_latency.seconds() + 4e9 / (h200.hbm_bandwidth.value * 0.5)).epsilon(1e-9));
   k.access = Kernel::Access::strided;
   CHECK(cm.time(k).seconds() == Approx(p.kernel_latency.seconds() + 4e9 / (h200.hbm_bandwidth.value * 0.4)).epsilon(1e-9));
+  k.dtype = Dtype::fp32;  // a width not measured: the streaming efficiency
+  CHECK(cm.time(k) == cm.memory_time(4e9));
+  k.dtype = Dtype::bf16;
   k.access = Kernel::Access::vectorized;
   CHECK(cm.time(k) == cm.memory_time(4e9));
-  Json j = Json::parse(R"({"name": "t", "gpu": "h200", "measured_on": "test", "unrolled_efficiency": 0.53, "strided_efficiency": 0.37})");
+  Json j = Json::parse(R"({"name": "t", "gpu": "h200", "measured_on": "test", "unrolled_efficiency": 0.53, "strided_efficiency": {"bf16": 0.37, "fp32": 0.6}})");
   const ComputeProfile q = parse_profile(j, "t.json", "", h200);
   CHECK(q.unrolled_efficiency == 0.53);
-  CHECK(q.strided_efficiency == 0.37);
-  j["strided_efficiency"] = 1.4;
-  CHECK_THROWS_WITH(parse_profile(j, "t.json", "", h200), Catch::Contains("t.json: /strided_efficiency"));
+  CHECK(q.strided_efficiency[static_cast<std::size_t>(Dtype::bf16)] == 0.37);
+  CHECK(q.strided_efficiency[static_cast<std::size_t>(Dtype::fp32)] == 0.6);
+  j["strided_efficiency"]["bf16"] = 1.4;
+  CHECK_THROWS_WITH(parse_profile(j, "t.json", "", h200), Catch::Contains("t.json: /strided_efficiency/bf16"));
 }
 
 TEST_CASE("a profile's multi_tensor_efficiency is read by dtype and checked", "[hardware][io]") {

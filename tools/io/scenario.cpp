@@ -300,7 +300,12 @@ ComputeProfile parse_profile(const Json& j, const std::string& file, const std::
     e.finish();
   }
   p.unrolled_efficiency = r.number_or("unrolled_efficiency", p.unrolled_efficiency, 1e-3, 1.0);
-  p.strided_efficiency = r.number_or("strided_efficiency", p.strided_efficiency, 1e-3, 1.0);
+  if (r.has("strided_efficiency")) {
+    JsonReader e = r.object("strided_efficiency");
+    for (std::size_t i = 0; i < kDtypeCount; ++i)
+      p.strided_efficiency[i] = e.number_or(std::string(kDtypeNames[i]), p.strided_efficiency[i], 1e-3, 1.0);
+    e.finish();
+  }
   p.reduction_efficiency = r.number_or("reduction_efficiency", p.reduction_efficiency, 1e-3, 1.0);
   p.reduction_latency = Time::from_seconds(r.quantity_or("reduction_latency", QuantityKind::time_s, p.reduction_latency.seconds()));
   p.kernel_latency = Time::from_seconds(r.quantity_or("kernel_latency", QuantityKind::time_s, p.kernel_latency.seconds()));

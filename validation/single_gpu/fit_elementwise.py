@@ -36,6 +36,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('file')
     ap.add_argument('--hbm', type=float, required=True, help='HBM bandwidth of the GPU measured, bytes/s')
+    ap.add_argument('--block', default=None,
+                    help="measure_block_kernels.py's block_kernels.json: the strided loop over fp32 (RMSNorm's "
+                         "x * rsqrt(mean) forward and its gradient's product with the same statistic), and over bf16 "
+                         "(RoPE's products with cos/sin, RMSNorm's weight) in the pure-bf16 Llama configurations")
     ap.add_argument('--other-memory-efficiency', type=float, default=None,
                     help="another GPU's profile memory_efficiency: print its keys by the same ratios")
     a = ap.parse_args()
@@ -56,9 +60,38 @@ def main():
     print('vectorized reference (median of the three): %.3f TB/s = %.3f of HBM' % (vec / 1e12, vec / a.hbm))
     print('this GPU:  unrolled_efficiency %.3f  strided_efficiency %.3f  (fractions of %.3g B/s)' % (u / a.hbm, s / a.hbm, a.hbm))
     print('ratios to the vectorized kernels: unrolled %.3f, strided %.3f' % (u / vec, s / vec))
+    f32 = None
+    if a.block:
+        b = json.load(open(a.block))
+        f32s, b16s = [], []
+        for r in b['rows']:
+            c = r['cfg']
+            if c['arch'] != 'llama' or c['precision'] != 'bf16':
+                continue  # (under autocast the norm's weight product is fp32 too: another count)
+            L, tok, h, hd = r['layers'], c['micro_batch'] * c['seq_len'], c['hidden'], c['hidden'] // c['heads']
+            norms = 2 * L + 1
+            for name, n, t in r['kernels']:
+                # fp32: 8 bytes an element (read, write; the row statistic stays in cache), one
+                # launch per norm forward and one backward
+                if 'elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<float, float, float' in name:
+                    assert round(n) == 2 * norms, (r['config'], n)
+                    f32s.append(8.0 * tok * h * n / t)
+                # bf16: RoPE's q and k products with cos and sin, forward and
+                # backward, and the norms' weight product forward and its gradient's backward
+                if 'elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16' in name:
+                    assert round(n) == 8 * L + 2 * norms, (r['config'], n)
+                    per_layer = 4 * tok * (c['heads'] + c['kv_heads']) * hd * 4.0
+                    b16s.append((L * per_layer + 2 * norms * tok * h * 4.0) / t)
+        f32 = statistics.median(f32s)
+        print('  %-32s %2d configs: median %.3f TB/s (%.3f-%.3f)' % ('strided fp32 (RMSNorm x * rs)', len(f32s), f32 / 1e12,
+                                                                     min(f32s) / 1e12, max(f32s) / 1e12))
+        print('  %-32s %2d configs: median %.3f TB/s (check of the bf16 figure above)' % (
+            'strided bf16 (RoPE, norm weight)', len(b16s), statistics.median(b16s) / 1e12))
+        print('this GPU:  strided_efficiency fp32 %.3f (ratio to the vectorized kernels %.3f)' % (f32 / a.hbm, f32 / vec))
     if a.other_memory_efficiency:
         e = a.other_memory_efficiency
-        print('other GPU (memory_efficiency %.4f): unrolled_efficiency %.3f  strided_efficiency %.3f' % (e, e * u / vec, e * s / vec))
+        print('other GPU (memory_efficiency %.4f): unrolled_efficiency %.3f  strided_efficiency bf16 %.3f%s' %
+              (e, e * u / vec, e * s / vec, '' if f32 is None else '  fp32 %.3f' % (e * f32 / vec)))
 
 
 if __name__ == '__main__':
