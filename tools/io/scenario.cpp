@@ -243,12 +243,14 @@ ComputeProfile parse_profile(const Json& j, const std::string& file, const std::
   p.source = r.string_or("source", "");
   r.ignore("gpu");
   r.ignore("fit");
-  if (r.has("gemm_efficiency")) {
-    JsonReader e = r.object("gemm_efficiency");
-    for (std::size_t i = 0; i < kDtypeCount; ++i)
-      p.gemm_efficiency[i] = e.number_or(std::string(kDtypeNames[i]), p.gemm_efficiency[i], 0.0, 1.0);
+  // An object of figures by dtype name, each in [lo, hi]; dtypes it leaves out keep theirs.
+  auto by_dtype = [&r](const char* key, std::array<double, kDtypeCount>& a, double lo, double hi) {
+    if (!r.has(key)) return;
+    JsonReader e = r.object(key);
+    for (std::size_t i = 0; i < kDtypeCount; ++i) a[i] = e.number_or(std::string(kDtypeNames[i]), a[i], lo, hi);
     e.finish();
-  }
+  };
+  by_dtype("gemm_efficiency", p.gemm_efficiency, 0.0, 1.0);
   p.gemm_k_half = r.number_or("gemm_k_half", p.gemm_k_half, 0, 1e6);
   if (r.has("gemm_k_half_by_dtype")) {
     JsonReader e = r.object("gemm_k_half_by_dtype");
@@ -293,19 +295,9 @@ ComputeProfile parse_profile(const Json& j, const std::string& file, const std::
     }
   }
   p.memory_efficiency = r.number_or("memory_efficiency", p.memory_efficiency, 1e-3, 1.0);
-  if (r.has("multi_tensor_efficiency")) {
-    JsonReader e = r.object("multi_tensor_efficiency");
-    for (std::size_t i = 0; i < kDtypeCount; ++i)
-      p.multi_tensor_efficiency[i] = e.number_or(std::string(kDtypeNames[i]), p.multi_tensor_efficiency[i], 1e-3, 1.0);
-    e.finish();
-  }
+  by_dtype("multi_tensor_efficiency", p.multi_tensor_efficiency, 1e-3, 1.0);
   p.unrolled_efficiency = r.number_or("unrolled_efficiency", p.unrolled_efficiency, 1e-3, 1.0);
-  if (r.has("strided_efficiency")) {
-    JsonReader e = r.object("strided_efficiency");
-    for (std::size_t i = 0; i < kDtypeCount; ++i)
-      p.strided_efficiency[i] = e.number_or(std::string(kDtypeNames[i]), p.strided_efficiency[i], 1e-3, 1.0);
-    e.finish();
-  }
+  by_dtype("strided_efficiency", p.strided_efficiency, 1e-3, 1.0);
   p.reduction_efficiency = r.number_or("reduction_efficiency", p.reduction_efficiency, 1e-3, 1.0);
   p.reduction_latency = Time::from_seconds(r.quantity_or("reduction_latency", QuantityKind::time_s, p.reduction_latency.seconds()));
   p.kernel_latency = Time::from_seconds(r.quantity_or("kernel_latency", QuantityKind::time_s, p.kernel_latency.seconds()));

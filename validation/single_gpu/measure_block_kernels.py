@@ -37,8 +37,8 @@ def main():
     ap.add_argument('--reps', type=int, default=3)
     a = ap.parse_args()
     import torch
-    from torch.profiler import profile, ProfilerActivity
     import measure_steps as ms
+    import gpu_timing
     os.makedirs(a.out, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
     env = {'date_utc': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), 'torch': torch.__version__,
@@ -71,17 +71,7 @@ def main():
         for _ in range(2):
             step()
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(a.reps):
-                step()
-            torch.cuda.synchronize()
-        kernels = {}
-        for ev in prof.events():
-            if ev.device_type == torch.autograd.DeviceType.CUDA:
-                d = kernels.setdefault(ev.name, [0, 0.0])
-                d[0] += 1
-                d[1] += (ev.device_time if hasattr(ev, 'device_time') else ev.cuda_time) * 1e-6
-        ks = sorted(([k, c / a.reps, t / a.reps] for k, (c, t) in kernels.items()), key=lambda r: -r[2])
+        ks = gpu_timing.kernels_of(torch, step, a.reps)
         keep = {k: cfg[k] for k in ('model', 'arch', 'hidden', 'heads', 'kv_heads', 'ffn', 'vocab', 'seq_len',
                                     'micro_batch', 'precision') if k in cfg}
         rows.append({'config': cid, 'cfg': keep, 'layers': a.layers, 'gpu_s': sum(r[2] for r in ks), 'kernels': ks})

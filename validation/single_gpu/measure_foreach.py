@@ -15,6 +15,8 @@ Writes DIR/foreach.json (one object: environment, then one row per measurement).
 """
 import argparse, json, os, subprocess, sys, time
 
+import gpu_timing
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -43,19 +45,7 @@ def main():
     rows = []
 
     def timed(fn, reps):
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(reps):
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) * 1e-3)
-        times.sort()
-        return times[len(times) // 2], times
+        return gpu_timing.timed(torch, fn, reps)
 
     for dt in (torch.bfloat16, torch.float32):
         b = torch.tensor([], dtype=dt).element_size()

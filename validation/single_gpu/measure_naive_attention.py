@@ -16,6 +16,8 @@ Writes DIR/naive_attention.json.
 """
 import argparse, json, os, subprocess, sys, time
 
+import gpu_timing
+
 # (name, batch, heads, seq, head_dim): the naive rows of validation/single_gpu/results/steps.jsonl
 CONFIGS = [
     ('gpt2-124m_s1024_b8', 8, 12, 1024, 64),
@@ -37,7 +39,6 @@ def main():
     ap.add_argument('--reps', type=int, default=10)
     a = ap.parse_args()
     import torch
-    from torch.profiler import profile, ProfilerActivity
     os.makedirs(a.out, exist_ok=True)
     dev = torch.device('cuda')
     props = torch.cuda.get_device_properties(dev)
@@ -48,19 +49,7 @@ def main():
     dt = torch.bfloat16
 
     def timed(fn, reps):
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(reps):
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) * 1e-3)
-        times.sort()
-        return times[len(times) // 2]
+        return gpu_timing.timed(torch, fn, reps)[0]
 
     rows = []
     for name, b, heads, s, hd in CONFIGS:
@@ -91,18 +80,7 @@ def main():
 
         row = {'config': name, 'batch': b, 'heads': heads, 'seq': s, 'head_dim': hd,
                'fwd_s': timed(fwd, a.reps), 'fwd_bwd_s': timed(fwd_bwd, a.reps)}
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(a.reps):
-                fwd_bwd()
-            torch.cuda.synchronize()
-        kernels = {}
-        for ev in prof.events():
-            if ev.device_type == torch.autograd.DeviceType.CUDA:
-                d = kernels.setdefault(ev.name, [0, 0.0])
-                d[0] += 1
-                d[1] += ev.device_time * 1e-6 if hasattr(ev, 'device_time') else ev.cuda_time * 1e-6
-        row['kernels_per_fwd_bwd'] = sorted(([k, c / a.reps, t / a.reps] for k, (c, t) in kernels.items()),
-                                            key=lambda r: -r[2])
+        row['kernels_per_fwd_bwd'] = gpu_timing.kernels_of(torch, fwd_bwd, a.reps)
         # The six products alone, contiguous operands, (b*heads) batches.
         B = b * heads
         q = torch.randn(B, s, hd, device=dev, dtype=dt)
