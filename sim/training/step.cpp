@@ -1739,8 +1739,10 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   std::deque<PlanItem> keep_items;  // the kernels that tasks point to (a deque never moves them)
   auto host_cost = [&](Phase p) {
     switch (p) {
-      case Phase::forward: return cfg.profile.host_fwd_kernel;
-      case Phase::backward: case Phase::recompute: return cfg.profile.host_bwd_kernel;
+      // A checkpointed region's recompute runs its Python forward again (torch.utils.checkpoint,
+      // Megatron's recompute): launched as the forward's kernels are, not by autograd's engine.
+      case Phase::forward: case Phase::recompute: return cfg.profile.host_fwd_kernel;
+      case Phase::backward: return cfg.profile.host_bwd_kernel;
       case Phase::optimizer: return cfg.profile.host_opt_kernel;
     }
     return Time::zero();
