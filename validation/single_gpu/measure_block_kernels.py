@@ -9,7 +9,7 @@ elementwise kernels' access paths (vectorized, unrolled, strided: ATen's Loops.c
 measured in place: RMSNorm's x.float() and broadcast multiplies, RoPE over transposed views,
 SwiGLU, the residual adds, autocast's casts, the loss.
 
-    python3 validation/single_gpu/measure_block_kernels.py --out DIR [--layers 2]
+    python3 validation/single_gpu/measure_block_kernels.py --out DIR [--layers 2] [--pick ID,ID]
 
 Writes DIR/block_kernels.json: per configuration, the kernels of one forward + backward
 (name, launches, total seconds), averaged over the timed repetitions.
@@ -35,6 +35,7 @@ def main():
     ap.add_argument('--out', required=True)
     ap.add_argument('--layers', type=int, default=2)
     ap.add_argument('--reps', type=int, default=3)
+    ap.add_argument('--pick', default=','.join(PICK), help='comma-separated configuration ids of measure_steps.py')
     a = ap.parse_args()
     import torch
     import measure_steps as ms
@@ -49,7 +50,7 @@ def main():
     build = ms.define_model(torch)
     configs = {c['id']: c for c in ms.build_config_list()}
     rows = []
-    for cid in PICK:
+    for cid in a.pick.split(','):
         cfg = dict(configs[cid])
         cfg['layers'] = a.layers
         torch.manual_seed(1234)
