@@ -535,7 +535,8 @@ class Builder {
         const int p = ew("softmax", {sf}, ss, Dtype::fp32, {}, true);
         // ATen's CUDA softmax backward multiplies the gradient by the output in a kernel of its
         // own first (SoftMax.cu, softmax_backward_cuda_out: tmp = grad * output), then reduces.
-        tape_.ops.back().bwd.insert(tape_.ops.back().bwd.begin(), mem_kernel("softmax_bwd_mul", 3 * bytes(p), Dtype::fp32));
+        if (auto& bwd = tape_.ops.back().bwd; !bwd.empty())
+          bwd.insert(bwd.begin(), mem_kernel("softmax_bwd_mul", 3 * bytes(p), Dtype::fp32));
         pc = cast(p, c);
       }
       pc = dropout("attn_dropout", pc);

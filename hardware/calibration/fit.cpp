@@ -8,6 +8,7 @@
 #include <Eigen/Dense>
 
 #include "hardware/compute_model.hpp"
+#include "sim/engine/check.hpp"
 
 namespace scaleout {
 namespace {
@@ -66,6 +67,7 @@ double math_part(double total, double tm, double p) {
 }  // namespace
 
 std::vector<AccumulatePair> accumulate_pairs(const std::vector<KernelMeasurement>& rows, int hold_out_every) {
+  SCALEOUT_CHECK(hold_out_every >= 1, "accumulate_pairs: hold_out_every must be at least 1");
   std::vector<AccumulatePair> pairs;
   // Pairs: the fast and the split row of one shape, in the file's order of the fast rows.
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool>, const KernelMeasurement*> split_of;
@@ -74,13 +76,14 @@ std::vector<AccumulatePair> accumulate_pairs(const std::vector<KernelMeasurement
     return std::make_tuple(g.m, g.n, g.k, g.batch, g.a_transposed);
   };
   for (const auto& r : rows)
-    if (r.accumulate_pair && r.kernel.gemm.split_accumulate && r.seconds > 0) split_of[key(r)] = &r;
+    if (r.accumulate_pair && r.kernel.gemm.split_accumulate && r.seconds > 0) split_of.emplace(key(r), &r);  // the first of a shape
   int n = 0;
   for (const auto& r : rows) {
     if (!r.accumulate_pair || r.kernel.gemm.split_accumulate || !(r.seconds > 0)) continue;
     const auto it = split_of.find(key(r));
-    if (it == split_of.end()) continue;
+    if (it == split_of.end() || it->second == nullptr) continue;
     pairs.push_back({&r, it->second, it->second->seconds / r.seconds, 0, n++ % hold_out_every == hold_out_every - 1});
+    it->second = nullptr;  // one pair a shape
   }
   return pairs;
 }
@@ -95,9 +98,9 @@ AccumulateFit fit_fp8_split_accumulate(const GpuSpec& gpu, const ComputeProfile&
     const ComputeModel cm(gpu, p);
     return cm.time(pr.split->kernel).seconds() / cm.time(pr.fast->kernel).seconds();
   };
-  // One parameter, a smooth objective: a grid of 0.1 % steps from 1 to 2.5.
+  // One parameter, a smooth objective: a grid of 0.1 % steps from 1 to 4.
   double best = 1e300;
-  for (int i = 0; i <= 1500; ++i) {
+  for (int i = 0; i <= 3000; ++i) {  // 1 to 4, the range the profile reader accepts
     const double f = 1.0 + 0.001 * i;
     p.fp8_split_accumulate = f;
     double err = 0;

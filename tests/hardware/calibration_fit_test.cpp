@@ -332,6 +332,10 @@ TEST_CASE("a malformed measurements file is refused with the JSON path", "[hardw
   write(R"({"schema": "scaleout-measurements/1", "gpu": {"name": "x"},
             "measurements": [{"kind": "gemm_fp8acc", "dtype": "fp8", "m": 64, "n": 64, "k": 64, "time_s": 1e-5}]})");
   CHECK(error() == file + ": /measurements/0/fast_accum: expected true or false (an fp8_acc row says how it accumulated)");
+  // A plain gemm row is FP8's forward product: with fast accumulation, or it is refused.
+  write(R"({"schema": "scaleout-measurements/1", "gpu": {"name": "x"},
+            "measurements": [{"kind": "gemm", "dtype": "fp8", "m": 64, "n": 64, "k": 64, "time_s": 1e-5, "fast_accum": false}]})");
+  CHECK(error().find("/measurements/0/fast_accum: expected true on a gemm row") != std::string::npos);
   write("{not json");
   CHECK(error().find("invalid JSON") != std::string::npos);
   std::remove(file.c_str());

@@ -57,6 +57,9 @@ std::vector<KernelMeasurement> read_measurements(const std::string& file, std::s
         if (!m.contains("fast_accum") || !m["fast_accum"].is_boolean())
           throw InputError(file, path + "/fast_accum", "expected true or false (an fp8_acc row says how it accumulated)");
         km.kernel.gemm.split_accumulate = !m["fast_accum"].get<bool>();
+      } else if (m.contains("fast_accum") && !(m["fast_accum"].is_boolean() && m["fast_accum"].get<bool>())) {
+        // The compute fit and check take gemm rows as run with fast accumulation (FP8's forward).
+        throw InputError(file, path + "/fast_accum", "expected true on a " + kind + " row (rows without fast accumulation are the fp8_acc phase's, kind gemm_fp8acc)");
       }
       const auto d = parse_dtype(str("dtype"));
       if (!d) throw InputError(file, path + "/dtype", "unknown dtype");
@@ -488,6 +491,11 @@ void calibrate_fp8_accumulate(const std::string& measurements, const std::string
   Json j = load_json_file(profile_file);
   const ComputeProfile profile = parse_profile(j, profile_file, "", gpu);
   const AccumulateFit acc = fit_fp8_split_accumulate(gpu, profile, rows);
+  // The factor is a property of the SM (the tensor cores' accumulation): a profile of another GPU of
+  // the same SM design may take it, said here.
+  if (j.contains("gpu") && j["gpu"].is_string() && j["gpu"].get<std::string>() != zoo)
+    os << "note: the profile is for " << j["gpu"].get<std::string>() << ", the measurements are from " << zoo
+       << ": the factor carries over only between GPUs of one SM design\n";
   if (acc.pairs.empty())
     throw InputError(measurements, "/measurements", "expected the fp8_acc phase's rows (kind gemm_fp8acc, fast_accum true and false)");
   char buf[200];
@@ -529,9 +537,12 @@ void calibrate_check(const std::string& measurements, const std::string& profile
     const Kernel& k = r.kernel;
     const double predicted = cm.time(k).seconds();
     const double err = (predicted - r.seconds) / r.seconds;
-    const char* kind = k.kind == KernelKind::gemm ? "gemm" : k.kind == KernelKind::memory ? "membound"
+    const char* kind = r.accumulate_pair ? (k.gemm.split_accumulate ? "gemm_fp8acc_off" : "gemm_fp8acc_on")
+                     : k.kind == KernelKind::gemm ? "gemm" : k.kind == KernelKind::memory ? "membound"
                      : k.kind == KernelKind::attention_fwd ? "attention_fwd" : "attention_bwd";
-    if (k.kind == KernelKind::gemm) {
+    if (r.accumulate_pair) {
+      errors["GEMM fp8_acc rows"].push_back(std::fabs(err));  // apart: a pair is one shape twice
+    } else if (k.kind == KernelKind::gemm) {
       errors["GEMM"].push_back(std::fabs(err));
       errors["GEMM " + std::string(to_string(k.dtype))].push_back(std::fabs(err));
       if (r.novel) errors["GEMM novel shapes"].push_back(std::fabs(err));
