@@ -560,13 +560,14 @@ class Builder {
     // q * cos + rotate_half(q) * sin, eagerly: four kernels, nothing large saved. The two
     // products multiply by a (seq, head_dim) table broadcast over batch and heads (and q is a
     // transposed view): ATen's strided loop, forward and backward.
-    const int a = ew(name + ".rope_cos", {x}, elems_[x], dtype_[x]);
-    for (auto* ks : {&tape_.ops.back().fwd, &tape_.ops.back().bwd})
-      for (Kernel& k : *ks) k.access = Kernel::Access::strided;
+    auto strided = [this](int out) {
+      for (auto* ks : {&tape_.ops.back().fwd, &tape_.ops.back().bwd})
+        for (Kernel& k : *ks) k.access = Kernel::Access::strided;
+      return out;
+    };
+    const int a = strided(ew(name + ".rope_cos", {x}, elems_[x], dtype_[x]));
     const int rh = ew(name + ".rotate_half", {x}, elems_[x], dtype_[x], {}, false, 2);
-    const int b = ew(name + ".rope_sin", {rh}, elems_[x], dtype_[x]);
-    for (auto* ks : {&tape_.ops.back().fwd, &tape_.ops.back().bwd})
-      for (Kernel& k : *ks) k.access = Kernel::Access::strided;
+    const int b = strided(ew(name + ".rope_sin", {rh}, elems_[x], dtype_[x]));
     return ew(name + ".rope_add", {a, b}, elems_[x], dtype_[x]);
   }
 

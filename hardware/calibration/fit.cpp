@@ -93,25 +93,29 @@ AccumulateFit fit_fp8_split_accumulate(const GpuSpec& gpu, const ComputeProfile&
   AccumulateFit out;
   out.pairs = accumulate_pairs(rows, hold_out_every);
   if (out.pairs.empty()) return out;
-  ComputeProfile p = profile;
-  auto ratio = [&](const AccumulatePair& pr) {
-    const ComputeModel cm(gpu, p);
+  // The model at a given factor (built once per factor: it copies the profile and its tiles).
+  auto model_at = [&](double f) {
+    ComputeProfile p = profile;
+    p.fp8_split_accumulate = f;
+    return ComputeModel(gpu, p);
+  };
+  auto ratio = [](const ComputeModel& cm, const AccumulatePair& pr) {
     return cm.time(pr.split->kernel).seconds() / cm.time(pr.fast->kernel).seconds();
   };
   // One parameter, a smooth objective: a grid of 0.1 % steps from 1 to 4.
   double best = 1e300;
   for (int i = 0; i <= 3000; ++i) {  // 1 to 4, the range the profile reader accepts
     const double f = 1.0 + 0.001 * i;
-    p.fp8_split_accumulate = f;
+    const ComputeModel cm = model_at(f);
     double err = 0;
     for (const auto& pr : out.pairs)
-      if (!pr.held_out) err += std::pow(ratio(pr) / pr.measured_ratio - 1.0, 2);
+      if (!pr.held_out) err += std::pow(ratio(cm, pr) / pr.measured_ratio - 1.0, 2);
     if (err < best) best = err, out.factor = f;
   }
-  p.fp8_split_accumulate = out.factor;
+  const ComputeModel fitted = model_at(out.factor);
   std::vector<double> held;
   for (auto& pr : out.pairs) {
-    pr.predicted_ratio = ratio(pr);
+    pr.predicted_ratio = ratio(fitted, pr);
     if (pr.held_out) held.push_back(std::fabs(pr.predicted_ratio / pr.measured_ratio - 1.0));
   }
   out.ratio.fitted = out.pairs.size() - held.size();

@@ -295,17 +295,21 @@ TEST_CASE("training.kernels overrides the recipe's kernel style", "[models][io]"
   CHECK_THROWS_WITH(parse_scenario(j, "moe.json"), Catch::Contains("kernels"));
 }
 
+// Llama 3.2 1B at 2 x 1,024 tokens on one GPU: the tape of a precision recipe.
+static Tape llama_1b_tape(const char* precision) {
+  TrainingSpec tr;
+  tr.seq_len = 1024;
+  tr.micro_batch = 2;
+  tr.precision = *precision_recipe(precision);
+  return build_step_tape(load_model("llama-3.2-1b"), tr, StageSpec{});
+}
+
 TEST_CASE("FP8 linears cast their inputs and output gradients, except where the norm made the input", "[models][fp8]") {
   // Transformer Engine: a LayerNormLinear (Megatron's qkv and fc1) emits FP8 from the norm; the
   // other linears cast their input (with its transpose: 2 + 1 + 1 bytes an element), and every
   // linear casts its output's gradient in backward.
   const TransformerSpec m = load_model("llama-3.2-1b");
-  TrainingSpec tr;
-  tr.seq_len = 1024;
-  tr.micro_batch = 2;
-  tr.precision = *precision_recipe("nemo-fp8");
-  StageSpec st;
-  const Tape t = build_step_tape(m, tr, st);
+  const Tape t = llama_1b_tape("nemo-fp8");
   std::map<std::string, double> fwd, bwd;
   for (const OpRec& op : t.ops)
     if (op.layer == 1) {
@@ -320,21 +324,14 @@ TEST_CASE("FP8 linears cast their inputs and output gradients, except where the 
   CHECK(bwd["qkv.fp8_cast_bwd"] == Approx(tokens * double(m.q_width() + 2 * m.kv_width()) * 4));
   CHECK(bwd["down.fp8_cast_bwd"] == Approx(tokens * h * 4));
   // Not under BF16.
-  tr.precision = *precision_recipe("nemo-bf16");
-  for (const OpRec& op : build_step_tape(m, tr, st).ops)
+  for (const OpRec& op : llama_1b_tape("nemo-bf16").ops)
     for (const Kernel& k : op.fwd) CHECK(k.name.find("fp8_cast") == std::string::npos);
 }
 
 TEST_CASE("FP8 gradient GEMMs run with the split accumulator, the forward ones with fast accumulation", "[models][fp8]") {
   // Transformer Engine's module/base.py: _2X_ACC_FPROP False, _2X_ACC_DGRAD and _2X_ACC_WGRAD True.
-  const TransformerSpec m = load_model("llama-3.2-1b");
-  TrainingSpec tr;
-  tr.seq_len = 1024;
-  tr.micro_batch = 2;
-  tr.precision = *precision_recipe("nemo-fp8");
-  StageSpec st;
   int fwd = 0, grads = 0;
-  for (const OpRec& op : build_step_tape(m, tr, st).ops) {
+  for (const OpRec& op : llama_1b_tape("nemo-fp8").ops) {
     for (const Kernel& k : op.fwd)
       if (k.kind == KernelKind::gemm) {
         CHECK_FALSE(k.gemm.split_accumulate);
@@ -350,7 +347,6 @@ TEST_CASE("FP8 gradient GEMMs run with the split accumulator, the forward ones w
   CHECK(fwd > 0);
   CHECK(grads > 0);
   // BF16 has no such thing.
-  tr.precision = *precision_recipe("nemo-bf16");
-  for (const OpRec& op : build_step_tape(m, tr, st).ops)
+  for (const OpRec& op : llama_1b_tape("nemo-bf16").ops)
     for (const Kernel& k : op.bwd) CHECK_FALSE(k.gemm.split_accumulate);
 }

@@ -52,11 +52,10 @@ std::vector<KernelMeasurement> read_measurements(const std::string& file, std::s
     if (kind == "gemm" || kind == "gemm_novel" || kind == "gemm_fp8acc") {
       km.kernel.kind = KernelKind::gemm;
       km.novel = kind == "gemm_novel";
-      if (kind == "gemm_fp8acc") {
-        km.accumulate_pair = true;
+      km.accumulate_pair = kind == "gemm_fp8acc";
+      if (km.accumulate_pair) {
         if (!m.contains("fast_accum") || !m["fast_accum"].is_boolean())
           throw InputError(file, path + "/fast_accum", "expected true or false (an fp8_acc row says how it accumulated)");
-        km.kernel.gemm.split_accumulate = !m["fast_accum"].get<bool>();
       } else if (m.contains("fast_accum") && !(m["fast_accum"].is_boolean() && m["fast_accum"].get<bool>())) {
         // The compute fit and check take gemm rows as run with fast accumulation (FP8's forward).
         throw InputError(file, path + "/fast_accum", "expected true on a " + kind + " row (rows without fast accumulation are the fp8_acc phase's, kind gemm_fp8acc)");
@@ -64,10 +63,9 @@ std::vector<KernelMeasurement> read_measurements(const std::string& file, std::s
       const auto d = parse_dtype(str("dtype"));
       if (!d) throw InputError(file, path + "/dtype", "unknown dtype");
       km.kernel.dtype = *d;
-      const bool split_acc = km.kernel.gemm.split_accumulate;
       km.kernel.gemm = GemmShape{std::int64_t(num("m")), std::int64_t(num("n")), std::int64_t(num("k")),
                                  m.contains("batch") ? std::int64_t(num("batch")) : 1};
-      km.kernel.gemm.split_accumulate = split_acc;
+      km.kernel.gemm.split_accumulate = km.accumulate_pair && !m["fast_accum"].get<bool>();
       // The harness's row-major layouts: "tn" and "tt" transpose A (its leading dimension is m).
       const std::string layout = m.value("layout", std::string("nn"));
       km.kernel.gemm.a_transposed = !layout.empty() && layout[0] == 't';
@@ -376,6 +374,14 @@ ClusterSpec link_cluster(const LinkMeasurements& m, const std::string& gpu_zoo, 
   return c;
 }
 
+// The FP8 split-accumulation fit in one line: its factor and the held-out pairs' ratio error.
+std::string accumulate_summary(const AccumulateFit& acc) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "gemm_fp8_split_accumulate = %.3f on %zu pairs; held out %zu: ratio error median %.1f%%, worst %.1f%%",
+                acc.factor, acc.ratio.fitted, acc.ratio.held_out, 100 * acc.ratio.median_rel_error, 100 * acc.ratio.worst_rel_error);
+  return buf;
+}
+
 void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
   if (file_schema(o.measurements) == kLinksSchema) return calibrate_links_only(o, os);
   std::string gpu_name, measured_on;
@@ -450,11 +456,7 @@ void calibrate_fit(const CalibrateOptions& o, std::ostream& os) {
                   s.fitted, s.held_out, 100 * s.median_rel_error, 100 * s.worst_rel_error);
     os << buf;
   }
-  if (!acc.pairs.empty()) {
-    std::snprintf(buf, sizeof buf, "FP8 split accumulation: %.3f x the math, from %zu pairs; held out %zu: ratio error median %.1f%%, worst %.1f%%\n",
-                  acc.factor, acc.ratio.fitted, acc.ratio.held_out, 100 * acc.ratio.median_rel_error, 100 * acc.ratio.worst_rel_error);
-    os << buf;
-  }
+  if (!acc.pairs.empty()) os << "FP8 split accumulation: " << accumulate_summary(acc) << "\n";
   for (const auto& n : rep.notes) os << "note: " << n << "\n";
   Json profile = out;
   if (!o.links.empty()) {
@@ -507,9 +509,7 @@ void calibrate_fp8_accumulate(const std::string& measurements, const std::string
                   pr.fast->seconds * 1e6, pr.split->seconds * 1e6, pr.measured_ratio, pr.predicted_ratio, pr.held_out ? "  (held out)" : "");
     os << buf;
   }
-  std::snprintf(buf, sizeof buf, "fitted gemm_fp8_split_accumulate = %.3f on %zu pairs; held out %zu: ratio error median %.1f%%, worst %.1f%%\n",
-                acc.factor, acc.ratio.fitted, acc.ratio.held_out, 100 * acc.ratio.median_rel_error, 100 * acc.ratio.worst_rel_error);
-  os << buf;
+  os << "fitted " << accumulate_summary(acc) << "\n";
   j["gemm_fp8_split_accumulate"] = acc.factor;
   j["source"] = j.value("source", std::string()) + "; gemm_fp8_split_accumulate by scaleout calibrate fp8-accumulate " + measurements;
   write_profile(j, out, zoo);

@@ -33,12 +33,12 @@ std::vector<KernelMeasurement> read_measurements(const std::string& file, std::s
                                                  std::string* measured_on = nullptr,
                                                  const std::string& attention_impl = "");
 void calibrate_fit(const CalibrateOptions& o, std::ostream& os);
-// A profile's predictions against a measurements file it was not fitted to (another day, another
-// machine): median and worst error per kind and GEMM dtype; rows to `residuals` (CSV) if given.
 // FP8 split accumulation alone (gemm_fp8_split_accumulate) from the harness's fp8_acc pairs, into a
 // copy of `profile` written to `out`.
 void calibrate_fp8_accumulate(const std::string& measurements, const std::string& profile, const std::string& gpu,
                               const std::string& out, std::ostream& os);
+// A profile's predictions against a measurements file it was not fitted to (another day, another
+// machine): median and worst error per kind and GEMM dtype; rows to `residuals` (CSV) if given.
 void calibrate_check(const std::string& measurements, const std::string& profile, const std::string& gpu,
                      const std::string& residuals, std::ostream& os);
 
