@@ -3130,6 +3130,13 @@ struct Windows {
   std::int64_t a = 0, b = 0, c = 0;  // a < b < c; growth over b..c must be (c - b) / (b - a) times that over a..b
 };
 
+// Whether some GPU runs slower than the others throughout (a straggler's slowdown or loader delay;
+// not a one-time stall).
+bool slow_gpu(const StepConfig& cfg) {
+  return std::any_of(cfg.faults.stragglers.begin(), cfg.faults.stragglers.end(),
+                     [](const Straggler& st) { return st.compute_slowdown != 1.0 || st.loader_delay_s > 0; });
+}
+
 Windows windows_of(const StepConfig& cfg) {
   if (!cfg.extrapolate) return {};
   const std::int64_t m = micro_batches_of(cfg);
@@ -3148,6 +3155,13 @@ Windows windows_of(const StepConfig& cfg) {
   // against 21: a fully sharded Llama-3-70B DP-64 step of 128 micro-batches took 80 ms, 30 ms now).
   const ParallelPlan& par = cfg.parallel;
   const bool dp_every_micro_batch = par.dp * par.cp > 1 && (par.zero >= 2 || par.fsdp != FsdpMode::none);
+  // A slow GPU's healthy peers run ahead of it where nothing holds them every micro-batch: the
+  // data-parallel streams' reduce-scatters queue up until the lead meets some other bound (a
+  // random comparison: ZeRO-2 over DP 8, one GPU 10 % slow, the longest wait for it grew by
+  // 0.58 ms a micro-batch from 2 to 5 and not at all from 6 on; extended, 55 ms instead of
+  // 2.8 ms). Simulated exactly, as under a pipeline (below).
+  const bool slow = slow_gpu(cfg);
+  if (par.pp == 1 && slow && dp_every_micro_batch) return {};
   if (par.pp == 1 && !stall && cfg.topology && dp_every_micro_batch) return m > 24 ? Windows{2, 3, 16} : Windows{};
   if (par.pp == 1 && !stall && m > 6) return {2, 3, 4};
   // With a pipeline: the first window past the warm-up (w), the second a period of the schedule
@@ -3158,7 +3172,7 @@ Windows windows_of(const StepConfig& cfg) {
   // periods past the last: a growth that alternates within the period extends exactly. Under a
   // pipeline a straggler's lag hides in the schedule's slack for many micro-batches before its
   // peers wait (review finding: -0.9 % at 200): such steps are simulated exactly.
-  for (const Straggler& st : cfg.faults.stragglers) stall = stall || st.compute_slowdown != 1.0 || st.loader_delay_s > 0;
+  stall = stall || slow;
   // GPipe runs every forward, then every backward: no period repeats, and as micro-batches are
   // added the phase that sets the pace can change (a random comparison: 0.2-1.5 % short on plans
   // whose windows grew alike, both networks); simulated exactly.
@@ -3199,9 +3213,87 @@ std::int64_t simulated_micro_batches(const StepConfig& cfg) {
   return win.c > 0 ? win.c : micro_batches_of(cfg);
 }
 
+namespace {
+
+// Whether three windows (win.a < win.b < win.c micro-batches) grew alike: the necessary
+// conditions of a steady state that simulate_step checks before extending them.
+bool grew_alike(const Windows& win, const StepResult& w0, const StepResult& a, const StepResult& r) {
+  const double ratio = double(win.c - win.b) / double(win.b - win.a);
+  auto same_growth = [ratio](double x0, double x1, double x2) {
+    return std::fabs((x2 - x1) - ratio * (x1 - x0)) <= 1e-9 * std::max({1.0, std::fabs(x2), std::fabs(x1)});
+  };
+  // The host threads run ahead at their own rate (their clocks are sums of launch costs). One
+  // slower than the step (its clock grew more than the step did) will hold the GPUs up more and
+  // more; one faster that still held them up in the windows is catching up on a lead it will
+  // keep growing: either way the windows are not yet the steady state (a random comparison found
+  // small host-bound plans extended 0.5-2.6 % short).
+  const double step_growth = r.step_time_s - a.step_time_s;
+  const double host_growth = r.host_clock_max_s - a.host_clock_max_s;
+  const double tol = 1e-9 * std::max(1.0, std::fabs(r.step_time_s));
+  if (host_growth > step_growth + tol) return false;
+  if (host_growth < step_growth - tol && r.host_gap_total_s - a.host_gap_total_s > tol) return false;
+  // Likewise any stream: one given more work per period than the step grew by (a data-parallel
+  // stream whose reduce-scatters outlast the micro-batch) falls further behind each period until
+  // what waits for it sets the pace (the comparison found ZeRO-2 extended 0.5 % short).
+  // And idle time is a sum of non-negative gaps, so in the steady state each window adds some of
+  // every kind or none: a kind that shrank is a lag still being taken up by the schedule's slack
+  // (the comparison found FSDP pipelines whose bubble shrank per period until their slope broke).
+  for (auto field : {&StepResult::pipeline_bubble_s, &StepResult::host_stall_s, &StepResult::dp_comm_exposed_s,
+                     &StepResult::peer_wait_exposed_s, &StepResult::peer_wait_s, &StepResult::exposed_comm_s})
+    if (a.*field - w0.*field < -tol || r.*field - a.*field < -tol) return false;
+  if (r.stream_busy_s.size() != a.stream_busy_s.size()) return false;
+  for (std::size_t i = 0; i < r.stream_busy_s.size(); ++i)
+    if (r.stream_busy_s[i] - a.stream_busy_s[i] > step_growth + tol) return false;
+  if (!same_growth(w0.step_time_s, a.step_time_s, r.step_time_s) ||
+      !same_growth(w0.host_stall_s, a.host_stall_s, r.host_stall_s) ||
+      !same_growth(w0.pipeline_bubble_s, a.pipeline_bubble_s, r.pipeline_bubble_s) ||
+      !same_growth(w0.dp_comm_exposed_s, a.dp_comm_exposed_s, r.dp_comm_exposed_s) ||
+      !same_growth(w0.max_peer_wait_s, a.max_peer_wait_s, r.max_peer_wait_s) ||
+      !same_growth(w0.peak_bytes, a.peak_bytes, r.peak_bytes) || !same_growth(w0.pp_comm_s, a.pp_comm_s, r.pp_comm_s) ||
+      !same_growth(w0.dp_comm_total_s, a.dp_comm_total_s, r.dp_comm_total_s) || r.failed)
+    return false;
+  return true;
+}
+
+// Whether two looks' windows grew by the same amount a micro-batch in everything the extension
+// extends (their last two windows each).
+bool same_rates(const Windows& w1, const StepResult& a1, const StepResult& r1, const Windows& w2, const StepResult& a2,
+                const StepResult& r2) {
+  const double ratio = double(w2.c - w2.b) / double(w1.c - w1.b);
+  auto same = [&](auto field) {
+    const double x1 = r1.*field - a1.*field, x2 = r2.*field - a2.*field;
+    return std::fabs(x2 - ratio * x1) <= 1e-9 * std::max({1.0, std::fabs(r2.*field), std::fabs(a2.*field)});
+  };
+  for (auto field : {&StepResult::step_time_s, &StepResult::compute_s, &StepResult::recompute_s, &StepResult::optimizer_s,
+                     &StepResult::host_stall_s, &StepResult::exposed_comm_s, &StepResult::pipeline_bubble_s,
+                     &StepResult::tp_comm_s, &StepResult::dp_comm_exposed_s, &StepResult::pp_comm_s, &StepResult::cp_comm_s,
+                     &StepResult::ep_comm_s, &StepResult::dp_comm_total_s, &StepResult::peer_wait_s,
+                     &StepResult::peer_wait_exposed_s, &StepResult::max_peer_wait_s, &StepResult::peak_bytes})
+    if (!same(field)) return false;
+  return true;
+}
+
+// Windows later than `win` for a second look, where the first found a transient that may have
+// settled since (or {0, 0, 0}: none). Without a pipeline a start-up effect can outlast the first
+// windows (a random 64-GPU plan, TP 4 x CP 2 x DP 8 with a slow GPU on the flow network: the
+// step grows by the same 0.29151 s a micro-batch from 2 on, but GPU 0's exposed waits for its
+// peers are 14.5 us over 2 micro-batches, 3.95 us over 3 and 4, none from 5 on, as the slow GPU's
+// lag comes to hide them; its 128 micro-batches were all simulated, 0.35 s). The second windows
+// start at twice the first's end, spaced alike, and only where both looks together still simulate
+// under half the micro-batches. Pipelines keep their single look: their windows already sit past
+// the warm-up, and their transients are the straggler lags that settle late.
+Windows later_windows(const StepConfig& cfg, const Windows& win) {
+  if (cfg.parallel.pp > 1) return {};
+  const std::int64_t start = 2 * win.c;
+  const Windows later{start, start + win.b - win.a, start + win.c - win.a};
+  return 2 * (win.a + win.b + win.c + later.a + later.b + later.c) < micro_batches_of(cfg) ? later : Windows{};
+}
+
+}  // namespace
+
 StepResult simulate_step(const StepConfig& cfg) {
   const std::int64_t m = micro_batches_of(cfg);
-  const Windows win = windows_of(cfg);
+  Windows win = windows_of(cfg);
   if (win.c == 0) return simulate_step_exact(cfg);
   // Gradient accumulation over many micro-batches repeats the same steady-state period: every
   // micro-batch past the pipeline's warm-up adds the same work, the same traffic and (under
@@ -3217,43 +3309,25 @@ StepResult simulate_step(const StepConfig& cfg) {
   // rate, or a straggler its peers wait for, can take many micro-batches to settle. Three equally
   // spaced windows must grow by the same step, idle split and peer waits, else every micro-batch
   // is simulated.
-  const StepResult w0 = with(win.a);
-  const StepResult a = with(win.b);
+  StepResult w0 = with(win.a);
+  StepResult a = with(win.b);
   StepResult r = with(win.c);
-  const double ratio = double(win.c - win.b) / double(win.b - win.a);
-  auto same_growth = [ratio](double x0, double x1, double x2) {
-    return std::fabs((x2 - x1) - ratio * (x1 - x0)) <= 1e-9 * std::max({1.0, std::fabs(x2), std::fabs(x1)});
-  };
-  // The host threads run ahead at their own rate (their clocks are sums of launch costs). One
-  // slower than the step (its clock grew more than the step did) will hold the GPUs up more and
-  // more; one faster that still held them up in the windows is catching up on a lead it will
-  // keep growing: either way the windows are not yet the steady state (a random comparison found
-  // small host-bound plans extended 0.5-2.6 % short).
-  const double step_growth = r.step_time_s - a.step_time_s;
-  const double host_growth = r.host_clock_max_s - a.host_clock_max_s;
-  const double tol = 1e-9 * std::max(1.0, std::fabs(r.step_time_s));
-  if (host_growth > step_growth + tol) return simulate_step_exact(cfg);
-  if (host_growth < step_growth - tol && r.host_gap_total_s - a.host_gap_total_s > tol) return simulate_step_exact(cfg);
-  // Likewise any stream: one given more work per period than the step grew by (a data-parallel
-  // stream whose reduce-scatters outlast the micro-batch) falls further behind each period until
-  // what waits for it sets the pace (the comparison found ZeRO-2 extended 0.5 % short).
-  // And idle time is a sum of non-negative gaps, so in the steady state each window adds some of
-  // every kind or none: a kind that shrank is a lag still being taken up by the schedule's slack
-  // (the comparison found FSDP pipelines whose bubble shrank per period until their slope broke).
-  for (auto field : {&StepResult::pipeline_bubble_s, &StepResult::host_stall_s, &StepResult::dp_comm_exposed_s,
-                     &StepResult::peer_wait_exposed_s, &StepResult::peer_wait_s, &StepResult::exposed_comm_s})
-    if (a.*field - w0.*field < -tol || r.*field - a.*field < -tol) return simulate_step_exact(cfg);
-  if (r.stream_busy_s.size() != a.stream_busy_s.size()) return simulate_step_exact(cfg);
-  for (std::size_t i = 0; i < r.stream_busy_s.size(); ++i)
-    if (r.stream_busy_s[i] - a.stream_busy_s[i] > step_growth + tol) return simulate_step_exact(cfg);
-  if (!same_growth(w0.step_time_s, a.step_time_s, r.step_time_s) ||
-      !same_growth(w0.host_stall_s, a.host_stall_s, r.host_stall_s) ||
-      !same_growth(w0.pipeline_bubble_s, a.pipeline_bubble_s, r.pipeline_bubble_s) ||
-      !same_growth(w0.dp_comm_exposed_s, a.dp_comm_exposed_s, r.dp_comm_exposed_s) ||
-      !same_growth(w0.max_peer_wait_s, a.max_peer_wait_s, r.max_peer_wait_s) ||
-      !same_growth(w0.peak_bytes, a.peak_bytes, r.peak_bytes) || !same_growth(w0.pp_comm_s, a.pp_comm_s, r.pp_comm_s) ||
-      !same_growth(w0.dp_comm_total_s, a.dp_comm_total_s, r.dp_comm_total_s) || r.failed)
-    return simulate_step_exact(cfg);
+  // With a slow GPU the second look is always taken, and the last micro-batch of each look must
+  // add the same to everything extended: how its peers' waits split among the groups can settle a
+  // few micro-batches past the first windows, the step growing alike all along (a random comparison: CP 2 x DP 8 on the flow network, one GPU 20 %
+  // slow, the exposed CP time grew 0.19985 ms a micro-batch to 4 and 0.20714 from 5 on).
+  const bool slow = slow_gpu(cfg);
+  if (slow || !grew_alike(win, w0, a, r)) {
+    const Windows first = win;
+    const StepResult first_a = a, first_r = r;
+    win = later_windows(cfg, win);
+    if (win.c == 0) return simulate_step_exact(cfg);
+    w0 = with(win.a);
+    a = with(win.b);
+    r = with(win.c);
+    if (!grew_alike(win, w0, a, r)) return simulate_step_exact(cfg);
+    if (slow && !same_rates(first, first_a, first_r, win, a, r)) return simulate_step_exact(cfg);
+  }
   const double k = double(m - win.c) / double(win.c - win.b);
   auto ext = [k](double& field, double at_w) { field += k * (field - at_w); };
   ext(r.step_time_s, a.step_time_s);

@@ -5,11 +5,15 @@
 # keep their plans): folded against unfolded (mode fold: with a straggler and/or link faults) or
 # extended against exact (mode ext). Prints each plan whose reports differ, and a summary.
 #
-#   python3 tools/check/new_options_compare.py BUILD/scaleout SEED SECONDS fold|ext [s20]
+#   python3 tools/check/new_options_compare.py BUILD/scaleout SEED SECONDS fold|ext [s20] [faults]
 #
 # With s20, session 20's options too (a third generator): torch's op-level selective
 # checkpointing, fsdp-bf16 with upcast logits, a plain squared-ReLU MLP, ZeRO-1/2's parameter
 # gathers overlapped with the next forward.
+#
+# With faults (mode ext), a slow GPU (1.1-1.3x) and/or the plan's link faults (flow network) as in
+# mode fold, from a fourth generator: the extension's second look (step.cpp's later_windows) and
+# its checks against stragglers, which the other draws of mode ext never have.
 #
 # Session 19: seed 5 fold, 6 min: 5,351 valid plans, none different; seed 6 ext: 8,408, none.
 # Session 20 (s20): seed 7 fold, 5 min: 8,581 valid plans, none different; seed 8 ext: 12,393
@@ -23,7 +27,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plans import random_plan, run_pair, compare
 BIN, seed, budget, mode = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 rng = random.Random(seed); r2 = random.Random(seed + 1000); r3 = random.Random(seed + 2000)
-s20 = len(sys.argv) > 5 and sys.argv[5] == 's20'
+s20 = 's20' in sys.argv[5:]
+with_faults = 'faults' in sys.argv[5:]
+r4 = random.Random(seed + 3000)
 t0 = time.time(); n = 0; stats = {}
 os.makedirs('/tmp/nc', exist_ok=True)
 while time.time() - t0 < budget:
@@ -59,6 +65,9 @@ while time.time() - t0 < budget:
     if mode == 'fold':
         if links: faults['links'] = links
         if r2.random() < 0.5 or not links: faults['stragglers'] = [{'gpu': r2.randrange(G), 'slowdown': r2.choice([1.1, 1.3])}]
+    elif with_faults:
+        if links and r4.random() < 0.5: faults['links'] = links
+        if r4.random() < 0.7 or 'links' not in faults: faults['stragglers'] = [{'gpu': r4.randrange(G), 'slowdown': r4.choice([1.1, 1.2, 1.3])}]
     sc['faults'] = faults
     sc['cluster']['gpu'] = r2.choice(['h100-sxm', 'a100-80g'])
     f = '/tmp/nc/s%d_%d.json' % (seed, n); json.dump(sc, open(f, 'w'))
