@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "sim/engine/check.hpp"
 
@@ -19,6 +20,38 @@ FlowNetwork::FlowNetwork(Simulator& sim, const Topology& topo) : sim_(sim), topo
   dirty_stamp_.resize(n);
   solo_stamp_.resize(n);
   link_res_.resize(n);
+  route_buckets_.resize(4096);
+}
+
+namespace {
+// Memory for remembered solves: past this many route ids in their keys, no more are kept.
+constexpr std::size_t kSolvedLimit = std::size_t(1) << 24;
+
+std::uint64_t mix(std::uint64_t h, std::uint64_t x) { return (h ^ x) * 0x100000001b3ull + (h >> 29); }
+}  // namespace
+
+std::size_t FlowNetwork::KeyHash::operator()(const std::vector<std::uint32_t>& k) const {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (std::uint32_t x : k) h = mix(h, x);
+  return std::size_t(h ^ (h >> 32));
+}
+
+std::uint32_t FlowNetwork::intern_route(std::span<const LinkId> links, double cap) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  std::uint64_t cap_bits;
+  static_assert(sizeof(cap_bits) == sizeof(cap));
+  std::memcpy(&cap_bits, &cap, sizeof(cap));
+  h = mix(h, cap_bits);
+  for (LinkId l : links) h = mix(h, l);
+  auto& bucket = route_buckets_[std::size_t(h ^ (h >> 32)) & (route_buckets_.size() - 1)];
+  for (std::uint32_t id : bucket)
+    if (route_cap_[id] == cap && std::equal(links.begin(), links.end(), route_links_[id].begin(), route_links_[id].end()))
+      return id;
+  const auto id = std::uint32_t(route_links_.size());
+  route_links_.emplace_back(links.begin(), links.end());
+  route_cap_.push_back(cap);
+  bucket.push_back(id);
+  return id;
 }
 
 std::uint32_t FlowNetwork::new_flow(std::span<const LinkId> links, double remaining, double rate, double cap, Time updated,
@@ -33,6 +66,7 @@ std::uint32_t FlowNetwork::new_flow(std::span<const LinkId> links, double remain
   f.event = kNoEvent;
   f.state = state;
   flow_links_[s].assign(links.begin(), links.end());
+  route_of_[s] = state == State::active && !links.empty() ? intern_route(links, cap) : 0;
   done_[s] = std::move(done);
   flow_watched_[s] = 0;
   if (!watched_.empty() && state == State::active) {
@@ -56,6 +90,7 @@ std::uint32_t FlowNetwork::allocate() {
   next_rate_.push_back(0);
   flow_start_.emplace_back();
   flow_watched_.push_back(0);
+  route_of_.push_back(0);
   return std::uint32_t(flows_.size() - 1);
 }
 
@@ -188,6 +223,20 @@ void FlowNetwork::solve() {
   }
   if (comp_flows_.empty()) return;
 
+  // A component met before: its rates from memory (see the header).
+  key_.clear();
+  for (std::uint32_t f : comp_flows_) key_.push_back(route_of_[f]);
+  std::sort(key_.begin(), key_.end());
+  if (const auto hit = solved_.find(key_); hit != solved_.end()) {
+    ++remembered_;
+    for (std::uint32_t f : comp_flows_) {
+      const auto at = std::lower_bound(key_.begin(), key_.end(), route_of_[f]) - key_.begin();
+      next_rate_[f] = hit->second[std::size_t(at)];
+    }
+    settle_component();
+    return;
+  }
+
   // Progressive filling over the component. A link that one flow alone crosses (most hops of a
   // ring's path) bounds that flow only: it is a cap on the flow's rate (capacity / crossings, the
   // share it would have in the heap) and stays out of the heap.
@@ -278,6 +327,17 @@ void FlowNetwork::solve() {
     }
   }
 
+  if (solved_size_ + key_.size() <= kSolvedLimit) {
+    std::vector<double> rates(key_.size());
+    for (std::uint32_t f : comp_flows_)
+      rates[std::size_t(std::lower_bound(key_.begin(), key_.end(), route_of_[f]) - key_.begin())] = next_rate_[f];
+    solved_size_ += key_.size();
+    solved_.emplace(key_, std::move(rates));
+  }
+  settle_component();
+}
+
+void FlowNetwork::settle_component() {
   // Settle and reschedule the flows whose rate changed.
   const Time now = sim_.now();
   for (std::uint32_t s : comp_flows_) {
