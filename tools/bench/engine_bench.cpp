@@ -1,7 +1,10 @@
 // Benchmarks (Google Benchmark; not part of the test suite): the event queue's throughput and
 // whole simulated steps of the scenarios the speed issue names. Run:
 //   ./build/tools/bench/scaleout_bench --benchmark_counters_tabular=true
+// or tools/bench/table.sh for the README's table (each step in a process of its own, so that the
+// peak_MB counter, the process's peak resident memory, is that step's).
 #include <benchmark/benchmark.h>
+#include <sys/resource.h>
 
 #include <cstdint>
 #include <string>
@@ -64,6 +67,9 @@ static void run_scenario_with(benchmark::State& state, const std::string& rel, c
   state.counters["gpus"] = double(s.gpus());
   state.counters["events"] = double(events);
   state.counters["events/s"] = benchmark::Counter(double(events) * double(state.iterations()), benchmark::Counter::kIsRate);
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  state.counters["peak_MB"] = double(u.ru_maxrss) / 1024.0;  // the whole process's so far (Linux: kB)
 }
 
 static void run_scenario(benchmark::State& state, const std::string& rel) { run_scenario_with(state, rel, {}); }
