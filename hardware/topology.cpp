@@ -68,6 +68,7 @@ VertexId Topology::add_vertex(VertexKind kind, int node, int index) {
   const VertexId v = VertexId(boost::add_vertex(VertexProps{kind, node, index}, graph_));
   node_slot_.push_back(-1);
   fabric_slot_.push_back(-1);
+  switch_slot_.push_back(kind == VertexKind::net_switch ? switch_count_++ : -1);
   if (node >= 0) {
     SCALEOUT_CHECK(node < node_count(), "topology: vertex of an unknown node");
     NodeInfo& n = nodes_[std::size_t(node)];
@@ -144,7 +145,7 @@ void Topology::set_nic(int rank, VertexId nic) {
 
 bool Topology::transit(VertexId v, Scope s) const {
   const VertexKind k = graph_[v].kind;
-  if (s == Scope::fabric) return k == VertexKind::net_switch;
+  if (s == Scope::fabric || s == Scope::switches) return k == VertexKind::net_switch;
   if (s == Scope::nvlink) return k == VertexKind::nvswitch;
   return k == VertexKind::nvswitch || k == VertexKind::pcie_switch || k == VertexKind::host_bridge;
 }
@@ -157,7 +158,9 @@ const Topology::DistTable& Topology::distances(VertexId dst, Scope s) const {
   // Bound the cache (a few hundred MB at 16K GPUs would be waste): forget everything past a size.
   if (dist_cache_.size() > 65536) dist_cache_.clear();
   DistTable t;
-  const std::size_t n = s == Scope::fabric ? fabric_vertices_.size() : nodes_[std::size_t(graph_[dst].node)].vertices.size();
+  const std::size_t n = s == Scope::fabric     ? fabric_vertices_.size()
+                        : s == Scope::switches ? std::size_t(switch_count_)
+                                               : nodes_[std::size_t(graph_[dst].node)].vertices.size();
   t.dist.assign(n, std::numeric_limits<std::uint16_t>::max());
   std::deque<VertexId> queue;
   t.dist[std::size_t(slot(dst, s))] = 0;
@@ -172,7 +175,7 @@ const Topology::DistTable& Topology::distances(VertexId dst, Scope s) const {
       const VertexId u = VertexId(boost::source(*e, graph_));
       const int su = slot(u, s);
       if (su < 0) continue;
-      if (s != Scope::fabric && graph_[u].node != graph_[dst].node) continue;
+      if (!across_nodes(s) && graph_[u].node != graph_[dst].node) continue;
       if (t.dist[std::size_t(su)] != std::numeric_limits<std::uint16_t>::max()) continue;
       t.dist[std::size_t(su)] = std::uint16_t(d + 1);
       queue.push_back(u);
@@ -185,18 +188,29 @@ const Topology::DistTable& Topology::distances(VertexId dst, Scope s) const {
 // included) the hash of the flow and the current vertex picks one.
 bool Topology::walk(VertexId src, VertexId dst, Scope s, std::uint64_t hash, std::vector<LinkId>& out) const {
   const DistTable& t = distances(dst, s);
-  const int s0 = slot(src, s);
-  if (s0 < 0) return false;
   constexpr auto kFar = std::numeric_limits<std::uint16_t>::max();
-  if (t.dist[std::size_t(s0)] == kFar) return false;
+  // A NIC walking the switches' table: one hop more than its nearest switch, as the fabric's
+  // table (whose search reaches a NIC from the switches it links to) would say.
+  auto dist_of = [&](VertexId u) -> std::uint16_t {
+    if (const int su = slot(u, s); su >= 0) return t.dist[std::size_t(su)];
+    if (s != Scope::switches || graph_[u].kind != VertexKind::nic) return kFar;
+    std::uint16_t best = kFar;
+    for (auto [e, end] = boost::out_edges(u, graph_); e != end; ++e) {
+      const int sw = slot(VertexId(boost::target(*e, graph_)), s);
+      if (sw >= 0 && usable(graph_[*e].id, s) && t.dist[std::size_t(sw)] != kFar)
+        best = std::min<std::uint16_t>(best, std::uint16_t(t.dist[std::size_t(sw)] + 1));
+    }
+    return best;
+  };
+  if (dist_of(src) == kFar) return false;
   VertexId u = src;
   while (u != dst) {
-    const std::uint16_t du = t.dist[std::size_t(slot(u, s))];
+    const std::uint16_t du = dist_of(u);
     std::uint32_t count = 0;
     for (auto [e, end] = boost::out_edges(u, graph_); e != end; ++e) {
       const VertexId w = VertexId(boost::target(*e, graph_));
       const int sw = slot(w, s);
-      if (sw >= 0 && usable(graph_[*e].id, s) && (s == Scope::fabric || graph_[w].node == graph_[u].node) &&
+      if (sw >= 0 && usable(graph_[*e].id, s) && (across_nodes(s) || graph_[w].node == graph_[u].node) &&
           t.dist[std::size_t(sw)] + 1 == du && (w == dst || transit(w, s)))
         ++count;
     }
@@ -205,7 +219,7 @@ bool Topology::walk(VertexId src, VertexId dst, Scope s, std::uint64_t hash, std
     for (auto [e, end] = boost::out_edges(u, graph_); e != end; ++e) {
       const VertexId w = VertexId(boost::target(*e, graph_));
       const int sw = slot(w, s);
-      if (sw >= 0 && usable(graph_[*e].id, s) && (s == Scope::fabric || graph_[w].node == graph_[u].node) &&
+      if (sw >= 0 && usable(graph_[*e].id, s) && (across_nodes(s) || graph_[w].node == graph_[u].node) &&
           t.dist[std::size_t(sw)] + 1 == du && (w == dst || transit(w, s))) {
         if (pick-- == 0) {
           out.push_back(graph_[*e].id);
@@ -232,7 +246,7 @@ bool Topology::segment(VertexId src, VertexId dst, Scope s, std::uint64_t hash, 
       anchor = u;
     }
     if (anchor != kNoVertex && unique && src != anchor) {
-      if (!walk(src, anchor, s, hash, out)) return false;
+      if (!walk(src, anchor, Scope::switches, hash, out)) return false;
       std::uint32_t count = 0;
       for (auto [e, end] = boost::out_edges(anchor, graph_); e != end; ++e)
         if (boost::target(*e, graph_) == dst) ++count;

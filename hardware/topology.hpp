@@ -147,12 +147,17 @@ class Topology {
  private:
   // node: inside one node over any link; nvlink: inside one node over NVLink only (GPU to GPU
   // traffic prefers it, as NCCL does); fabric: NICs and network switches.
-  enum class Scope : std::uint8_t { node, fabric, nvlink };
+  // switches: the fabric's network switches only, for the way to the leaf a NIC hangs off (its
+  // distance table a few hundred entries, not one per NIC of the cluster).
+  enum class Scope : std::uint8_t { node, fabric, nvlink, switches };
   struct DistTable {
     std::vector<std::uint16_t> dist;  // indexed by the scope-local index of a vertex
   };
   bool transit(VertexId v, Scope s) const;
-  int slot(VertexId v, Scope s) const { return s == Scope::fabric ? fabric_slot_[v] : node_slot_[v]; }
+  int slot(VertexId v, Scope s) const {
+    return s == Scope::fabric ? fabric_slot_[v] : s == Scope::switches ? switch_slot_[v] : node_slot_[v];
+  }
+  static bool across_nodes(Scope s) { return s == Scope::fabric || s == Scope::switches; }
   bool usable(LinkId l, Scope s) const {
     return !links_[l].failed && (s != Scope::nvlink || links_[l].kind == LinkKind::nvlink);
   }
@@ -168,6 +173,8 @@ class Topology {
   std::vector<int> node_slot_;             // per vertex: index in its node's vertex list, or -1
   std::vector<int> fabric_slot_;           // per vertex: index among NICs and network switches, or -1
   std::vector<VertexId> fabric_vertices_;
+  std::vector<int> switch_slot_;           // per vertex: index among network switches, or -1
+  int switch_count_ = 0;
   std::string name_;
   GpuGeneration generation_ = GpuGeneration::hopper;
   bool has_faults_ = false;
