@@ -24,8 +24,9 @@ FlowNetwork::FlowNetwork(Simulator& sim, const Topology& topo) : sim_(sim), topo
 }
 
 namespace {
-// Memory for remembered solves: past this many route ids in their keys, no more are kept.
-constexpr std::size_t kSolvedLimit = std::size_t(1) << 24;
+// Memory for remembered solves: past this many route ids in their keys (each with its rate, about
+// 12 bytes), no more are kept: 12 MB.
+constexpr std::size_t kSolvedLimit = std::size_t(1) << 20;
 
 std::uint64_t mix(std::uint64_t h, std::uint64_t x) { return (h ^ x) * 0x100000001b3ull + (h >> 29); }
 }  // namespace
@@ -50,7 +51,14 @@ std::uint32_t FlowNetwork::intern_route(std::span<const LinkId> links, double ca
   const auto id = std::uint32_t(route_links_.size());
   route_links_.emplace_back(links.begin(), links.end());
   route_cap_.push_back(cap);
+  route_hash_.push_back(h);
   bucket.push_back(id);
+  if (route_links_.size() > 2 * route_buckets_.size()) {
+    // Twice the buckets (a power of two), each route again by its hash.
+    route_buckets_.assign(2 * route_buckets_.size(), {});
+    for (std::uint32_t r = 0; r < route_hash_.size(); ++r)
+      route_buckets_[std::size_t(route_hash_[r] ^ (route_hash_[r] >> 32)) & (route_buckets_.size() - 1)].push_back(r);
+  }
   return id;
 }
 
@@ -223,16 +231,17 @@ void FlowNetwork::solve() {
   }
   if (comp_flows_.empty()) return;
 
-  // A component met before: its rates from memory (see the header).
+  // A component met before: its rates from memory (see the header). The flows in (route, slot)
+  // order: flows of one route can differ in the last bit where a cap ties a link's share, and the
+  // solve below breaks such ties the same way (caps_).
+  by_route_.clear();
+  for (std::uint32_t f : comp_flows_) by_route_.emplace_back(route_of_[f], f);
+  std::sort(by_route_.begin(), by_route_.end());
   key_.clear();
-  for (std::uint32_t f : comp_flows_) key_.push_back(route_of_[f]);
-  std::sort(key_.begin(), key_.end());
+  for (const auto& rf : by_route_) key_.push_back(rf.first);
   if (const auto hit = solved_.find(key_); hit != solved_.end()) {
     ++remembered_;
-    for (std::uint32_t f : comp_flows_) {
-      const auto at = std::lower_bound(key_.begin(), key_.end(), route_of_[f]) - key_.begin();
-      next_rate_[f] = hit->second[std::size_t(at)];
-    }
+    for (std::size_t i = 0; i < by_route_.size(); ++i) next_rate_[by_route_[i].second] = hit->second[i];
     settle_component();
     return;
   }
@@ -272,7 +281,13 @@ void FlowNetwork::solve() {
       }
     if (cap < kNoCap || solo) caps_.emplace_back(cap, f);
   }
-  std::sort(caps_.begin(), caps_.end());
+  // Equal caps in (route, slot) order: a flow frozen at its cap can leave a link's share an ulp
+  // under the next equal cap, so which flow comes first shows in the last bit (see the memo above).
+  std::sort(caps_.begin(), caps_.end(), [this](const auto& x, const auto& y) {
+    if (x.first != y.first) return x.first < y.first;
+    if (route_of_[x.second] != route_of_[y.second]) return route_of_[x.second] < route_of_[y.second];
+    return x.second < y.second;
+  });
   const std::uint32_t frozen = epoch_ | 0x80000000u;
   std::size_t unfrozen = comp_flows_.size(), next_cap = 0;
   while (unfrozen > 0) {
@@ -329,8 +344,7 @@ void FlowNetwork::solve() {
 
   if (solved_size_ + key_.size() <= kSolvedLimit) {
     std::vector<double> rates(key_.size());
-    for (std::uint32_t f : comp_flows_)
-      rates[std::size_t(std::lower_bound(key_.begin(), key_.end(), route_of_[f]) - key_.begin())] = next_rate_[f];
+    for (std::size_t i = 0; i < by_route_.size(); ++i) rates[i] = next_rate_[by_route_[i].second];
     solved_size_ += key_.size();
     solved_.emplace(key_, std::move(rates));
   }

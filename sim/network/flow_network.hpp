@@ -19,7 +19,10 @@
 // training step meets the same few components over and over (a random 64-GPU plan: 56 distinct
 // among 20,378 solves), so each flow's route and cap is interned at its start, a component's key
 // is the sorted list of its flows' ids, and a component met before takes its rates from memory:
-// the same rates, bit for bit, as solving it again.
+// the same rates, bit for bit, as solving it again. (Where a cap ties a link's share to the last
+// bit, freezing one flow at its cap can leave the share an ulp under the next equal cap: the solve
+// takes equal caps in (route, slot) order and the memory hands rates out in that order, so this
+// holds there too.)
 //
 // Reservations: flows that share no link with any other flow run exactly as they would alone,
 // and max-min rates and integer-picosecond times make that run the same at any start time. A
@@ -211,7 +214,9 @@ class FlowNetwork {
   std::vector<std::uint32_t> route_of_;                     // by slot
   std::vector<std::vector<LinkId>> route_links_;            // by route id
   std::vector<double> route_cap_;                           // by route id
-  std::vector<std::vector<std::uint32_t>> route_buckets_;   // route ids by hash of their content
+  std::vector<std::uint64_t> route_hash_;                   // by route id
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> by_route_;  // scratch: (route, slot) of the component's flows, sorted
+  std::vector<std::vector<std::uint32_t>> route_buckets_;   // route ids by hash of their content (a power of two of them)
   std::vector<std::uint32_t> key_;                          // scratch: the component's route ids, sorted
   std::unordered_map<std::vector<std::uint32_t>, std::vector<double>, KeyHash> solved_;
   std::size_t solved_size_ = 0;                             // route ids held by solved_'s keys
