@@ -40,6 +40,17 @@ StepConfig uniform(std::int64_t layers, std::int64_t pp, std::int64_t m, Pipelin
   return c;
 }
 
+// uniform() at a quarter of the width, 512 tokens: small enough to simulate a hundred micro-batches.
+StepConfig narrow(std::int64_t pp, std::int64_t m) {
+  StepConfig c = uniform(4, pp, m, PipelineSchedule::one_f_one_b);
+  c.model.hidden = 512;
+  c.model.heads = 8;
+  c.model.kv_heads = 8;
+  c.model.ffn = 2048;
+  c.training.seq_len = 512;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("GPipe's bubble is (p-1)/(m+p-1) of the step", "[sim][parallel]") {
@@ -233,12 +244,7 @@ TEST_CASE("without a pipeline, 2, 3 and 4 micro-batches give any accumulation ex
   for (const Case& k : cases) {
     for (std::int64_t m : {7, 8, 16}) {
       INFO(k.name << ", " << m << " micro-batches");
-      StepConfig c = uniform(4, 1, m, PipelineSchedule::one_f_one_b);
-      c.model.hidden = 512;
-      c.model.heads = 8;
-      c.model.kv_heads = 8;
-      c.model.ffn = 2048;
-      c.training.seq_len = 512;
+      StepConfig c = narrow(1, m);
       k.set(c);
       c.training.global_batch = m * c.parallel.dp;
       REQUIRE(simulated_micro_batches(c) == 4);
@@ -267,12 +273,7 @@ TEST_CASE("without a pipeline, a slowed GPU is extended only where two looks add
   // must add what the first windows' last did to every figure extended. Where data-parallel traffic
   // runs every micro-batch (ZeRO-2), the lead queues up in its streams: simulated in full.
   auto plan = [](std::int64_t m, int zero) {
-    StepConfig c = uniform(4, 1, m, PipelineSchedule::one_f_one_b);
-    c.model.hidden = 512;
-    c.model.heads = 8;
-    c.model.kv_heads = 8;
-    c.model.ffn = 2048;
-    c.training.seq_len = 512;
+    StepConfig c = narrow(1, m);
     c.parallel.tp = 2;
     c.parallel.dp = 4;
     c.parallel.zero = zero;
@@ -302,11 +303,8 @@ TEST_CASE("without a pipeline, a slowed GPU is extended only where two looks add
 namespace {
 
 StepConfig small_plan(std::int64_t dp, std::int64_t tp, std::int64_t pp, std::int64_t cp = 1) {
-  StepConfig c = uniform(8, pp, 4 * pp, PipelineSchedule::one_f_one_b);
-  c.model.hidden = 512;
-  c.model.heads = 8;
-  c.model.kv_heads = 8;
-  c.model.ffn = 2048;
+  StepConfig c = narrow(pp, 4 * pp);
+  c.model.layers = 8;
   c.training.seq_len = 1024;
   c.parallel.dp = dp;
   c.parallel.tp = tp;
