@@ -247,12 +247,14 @@ bool Topology::segment(VertexId src, VertexId dst, Scope s, std::uint64_t hash, 
     }
     if (anchor != kNoVertex && unique && src != anchor) {
       if (!walk(src, anchor, Scope::switches, hash, out)) return false;
+      // The last hop: among the leaf's links to the NIC that have not failed.
       std::uint32_t count = 0;
       for (auto [e, end] = boost::out_edges(anchor, graph_); e != end; ++e)
-        if (boost::target(*e, graph_) == dst) ++count;
+        if (boost::target(*e, graph_) == dst && usable(graph_[*e].id, s)) ++count;
+      if (count == 0) return false;
       std::uint32_t pick = std::uint32_t(flow_hash(hash, anchor, dst) % count);
       for (auto [e, end] = boost::out_edges(anchor, graph_); e != end; ++e)
-        if (boost::target(*e, graph_) == dst && pick-- == 0) {
+        if (boost::target(*e, graph_) == dst && usable(graph_[*e].id, s) && pick-- == 0) {
           out.push_back(graph_[*e].id);
           break;
         }

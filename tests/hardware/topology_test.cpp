@@ -211,3 +211,35 @@ TEST_CASE("connectivity: GPUs of a node with no link between them are reported",
   REQUIRE(problem);
   CHECK_THAT(*problem, Catch::Contains("inside the node"));
 }
+
+TEST_CASE("a failed one of parallel links from the leaf to a NIC is never the last hop", "[hardware]") {
+  // Two nodes of one GPU and one NIC under a leaf switch; the second NIC hangs off the leaf by two
+  // parallel links, one of them failed: every flow into it takes the other (ECMP picks among what
+  // is left), whatever its hash.
+  Topology t;
+  t.add_node(false, true, false);
+  t.add_node(false, true, false);
+  const VertexId g0 = t.add_gpu(0), g1 = t.add_gpu(1);
+  const VertexId sw0 = t.add_vertex(VertexKind::pcie_switch, 0), sw1 = t.add_vertex(VertexKind::pcie_switch, 1);
+  const VertexId nic0 = t.add_vertex(VertexKind::nic, 0), nic1 = t.add_vertex(VertexKind::nic, 1);
+  const VertexId leaf = t.add_vertex(VertexKind::net_switch, -1);
+  t.add_link(g0, sw0, 32e9, Time::zero(), 1.0, LinkKind::pcie);
+  t.add_link(sw0, nic0, 32e9, Time::zero(), 1.0, LinkKind::pcie);
+  t.add_link(g1, sw1, 32e9, Time::zero(), 1.0, LinkKind::pcie);
+  t.add_link(sw1, nic1, 32e9, Time::zero(), 1.0, LinkKind::pcie);
+  t.add_link(nic0, leaf, 25e9, Time::zero(), 1.0, LinkKind::network);
+  const LinkId up = t.add_link(nic1, leaf, 25e9, Time::zero(), 1.0, LinkKind::network);
+  const LinkId spare = t.add_link(nic1, leaf, 25e9, Time::zero(), 1.0, LinkKind::network);
+  t.set_nic(0, nic0);
+  t.set_nic(1, nic1);
+  REQUIRE(t.fail_link(up));
+  std::set<LinkId> last_hops;
+  for (std::uint64_t hash = 0; hash < 64; ++hash) {
+    std::vector<LinkId> p;
+    REQUIRE(t.route_gpus(0, 1, hash, p));
+    for (LinkId l : p) CHECK_FALSE(t.link(l).failed);
+    REQUIRE(p.size() == 6);
+    last_hops.insert(p[3]);  // gpu0 -> switch -> nic0 -> leaf -> nic1 -> switch -> gpu1
+  }
+  CHECK(last_hops == std::set<LinkId>{LinkId(spare + 1)});
+}
