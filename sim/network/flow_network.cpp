@@ -1,8 +1,8 @@
 #include "sim/network/flow_network.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
-#include <cstring>
 
 #include "sim/engine/check.hpp"
 
@@ -20,45 +20,31 @@ FlowNetwork::FlowNetwork(Simulator& sim, const Topology& topo) : sim_(sim), topo
   dirty_stamp_.resize(n);
   solo_stamp_.resize(n);
   link_res_.resize(n);
-  route_buckets_.resize(4096);
 }
 
 namespace {
 // Memory for remembered solves: past this many route ids in their keys (each with its rate, about
 // 12 bytes), no more are kept: 12 MB.
 constexpr std::size_t kSolvedLimit = std::size_t(1) << 20;
-
-std::uint64_t mix(std::uint64_t h, std::uint64_t x) { return (h ^ x) * 0x100000001b3ull + (h >> 29); }
 }  // namespace
 
 std::size_t FlowNetwork::KeyHash::operator()(const std::vector<std::uint32_t>& k) const {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (std::uint32_t x : k) h = mix(h, x);
-  return std::size_t(h ^ (h >> 32));
+  std::uint64_t h = k.size();
+  for (std::uint32_t x : k) h = flow_hash(h, x, 0);
+  return std::size_t(h);
 }
 
 std::uint32_t FlowNetwork::intern_route(std::span<const LinkId> links, double cap) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  std::uint64_t cap_bits;
-  static_assert(sizeof(cap_bits) == sizeof(cap));
-  std::memcpy(&cap_bits, &cap, sizeof(cap));
-  h = mix(h, cap_bits);
-  for (LinkId l : links) h = mix(h, l);
-  auto& bucket = route_buckets_[std::size_t(h ^ (h >> 32)) & (route_buckets_.size() - 1)];
-  for (std::uint32_t id : bucket)
+  std::uint64_t h = std::bit_cast<std::uint64_t>(cap);
+  for (LinkId l : links) h = flow_hash(h, l, 0);
+  auto& same_hash = route_ids_[h];
+  for (std::uint32_t id : same_hash)
     if (route_cap_[id] == cap && std::equal(links.begin(), links.end(), route_links_[id].begin(), route_links_[id].end()))
       return id;
   const auto id = std::uint32_t(route_links_.size());
   route_links_.emplace_back(links.begin(), links.end());
   route_cap_.push_back(cap);
-  route_hash_.push_back(h);
-  bucket.push_back(id);
-  if (route_links_.size() > 2 * route_buckets_.size()) {
-    // Twice the buckets (a power of two), each route again by its hash.
-    route_buckets_.assign(2 * route_buckets_.size(), {});
-    for (std::uint32_t r = 0; r < route_hash_.size(); ++r)
-      route_buckets_[std::size_t(route_hash_[r] ^ (route_hash_[r] >> 32)) & (route_buckets_.size() - 1)].push_back(r);
-  }
+  same_hash.push_back(id);
   return id;
 }
 

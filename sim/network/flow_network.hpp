@@ -214,9 +214,8 @@ class FlowNetwork {
   std::vector<std::uint32_t> route_of_;                     // by slot
   std::vector<std::vector<LinkId>> route_links_;            // by route id
   std::vector<double> route_cap_;                           // by route id
-  std::vector<std::uint64_t> route_hash_;                   // by route id
+  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> route_ids_;  // by hash of their links and cap
   std::vector<std::pair<std::uint32_t, std::uint32_t>> by_route_;  // scratch: (route, slot) of the component's flows, sorted
-  std::vector<std::vector<std::uint32_t>> route_buckets_;   // route ids by hash of their content (a power of two of them)
   std::vector<std::uint32_t> key_;                          // scratch: the component's route ids, sorted
   std::unordered_map<std::vector<std::uint32_t>, std::vector<double>, KeyHash> solved_;
   std::size_t solved_size_ = 0;                             // route ids held by solved_'s keys

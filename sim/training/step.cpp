@@ -3279,33 +3279,34 @@ bool grew_alike(const Windows& win, const StepResult& w0, const StepResult& a, c
   return true;
 }
 
+// The figures simulate_step extends linearly from its windows (with the peak's breakdown and every
+// rank's peak).
+constexpr std::array kExtended = {
+    &StepResult::step_time_s,     &StepResult::compute_s,         &StepResult::recompute_s,   &StepResult::optimizer_s,
+    &StepResult::host_stall_s,    &StepResult::exposed_comm_s,    &StepResult::pipeline_bubble_s,
+    &StepResult::tp_comm_s,       &StepResult::dp_comm_exposed_s, &StepResult::pp_comm_s,     &StepResult::cp_comm_s,
+    &StepResult::ep_comm_s,       &StepResult::dp_comm_total_s,   &StepResult::peer_wait_s,
+    &StepResult::peer_wait_exposed_s, &StepResult::max_peer_wait_s, &StepResult::peak_bytes};
+
 // Whether two looks' windows grew by the same amount a micro-batch in everything the extension
 // extends (their last two windows each).
 bool same_rates(const Windows& w1, const StepResult& a1, const StepResult& r1, const Windows& w2, const StepResult& a2,
                 const StepResult& r2) {
   const double ratio = double(w2.c - w2.b) / double(w1.c - w1.b);
-  auto same = [&](auto field) {
-    const double x1 = r1.*field - a1.*field, x2 = r2.*field - a2.*field;
-    return std::fabs(x2 - ratio * x1) <= 1e-9 * std::max({1.0, std::fabs(r2.*field), std::fabs(a2.*field)});
+  auto same = [ratio](double x1a, double x1r, double x2a, double x2r) {
+    return std::fabs((x2r - x2a) - ratio * (x1r - x1a)) <= 1e-9 * std::max({1.0, std::fabs(x2r), std::fabs(x2a)});
   };
-  for (auto field : {&StepResult::step_time_s, &StepResult::compute_s, &StepResult::recompute_s, &StepResult::optimizer_s,
-                     &StepResult::host_stall_s, &StepResult::exposed_comm_s, &StepResult::pipeline_bubble_s,
-                     &StepResult::tp_comm_s, &StepResult::dp_comm_exposed_s, &StepResult::pp_comm_s, &StepResult::cp_comm_s,
-                     &StepResult::ep_comm_s, &StepResult::dp_comm_total_s, &StepResult::peer_wait_s,
-                     &StepResult::peer_wait_exposed_s, &StepResult::max_peer_wait_s, &StepResult::peak_bytes})
-    if (!same(field)) return false;
-  // The peak's breakdown and every rank's peak are extended too.
+  for (auto field : kExtended)
+    if (!same(a1.*field, r1.*field, a2.*field, r2.*field)) return false;
   auto same_list = [&](const auto& l1a, const auto& l1r, const auto& l2a, const auto& l2r) {
     if (l1a.size() != l1r.size() || l2a.size() != l2r.size() || l1r.size() != l2r.size()) return false;
     for (std::size_t i = 0; i < l2r.size(); ++i)
-      if (std::fabs((l2r[i] - l2a[i]) - ratio * (l1r[i] - l1a[i])) > 1e-9 * std::max({1.0, std::fabs(l2r[i]), std::fabs(l2a[i])}))
-        return false;
+      if (!same(l1a[i], l1r[i], l2a[i], l2r[i])) return false;
     return true;
   };
   return same_list(a1.peak_breakdown, r1.peak_breakdown, a2.peak_breakdown, r2.peak_breakdown) &&
          same_list(a1.rank_peak_bytes, r1.rank_peak_bytes, a2.rank_peak_bytes, r2.rank_peak_bytes);
 }
-
 
 }  // namespace
 
@@ -3351,23 +3352,7 @@ StepResult simulate_step(const StepConfig& cfg) {
   }
   const double k = double(m - win.c) / double(win.c - win.b);
   auto ext = [k](double& field, double at_w) { field += k * (field - at_w); };
-  ext(r.step_time_s, a.step_time_s);
-  ext(r.compute_s, a.compute_s);
-  ext(r.recompute_s, a.recompute_s);
-  ext(r.optimizer_s, a.optimizer_s);
-  ext(r.host_stall_s, a.host_stall_s);
-  ext(r.exposed_comm_s, a.exposed_comm_s);
-  ext(r.pipeline_bubble_s, a.pipeline_bubble_s);
-  ext(r.tp_comm_s, a.tp_comm_s);
-  ext(r.dp_comm_exposed_s, a.dp_comm_exposed_s);
-  ext(r.pp_comm_s, a.pp_comm_s);
-  ext(r.cp_comm_s, a.cp_comm_s);
-  ext(r.ep_comm_s, a.ep_comm_s);
-  ext(r.dp_comm_total_s, a.dp_comm_total_s);
-  ext(r.peer_wait_s, a.peer_wait_s);
-  ext(r.peer_wait_exposed_s, a.peer_wait_exposed_s);
-  ext(r.max_peer_wait_s, a.max_peer_wait_s);
-  ext(r.peak_bytes, a.peak_bytes);
+  for (auto field : kExtended) ext(r.*field, a.*field);
   for (std::size_t i = 0; i < r.peak_breakdown.size(); ++i) ext(r.peak_breakdown[i], a.peak_breakdown[i]);
   for (std::size_t i = 0; i < r.rank_peak_bytes.size() && i < a.rank_peak_bytes.size(); ++i)
     ext(r.rank_peak_bytes[i], a.rank_peak_bytes[i]);
