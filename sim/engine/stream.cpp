@@ -43,6 +43,7 @@ TaskId StreamExecutor::add(StreamId stream, Time duration, std::span<const TaskI
 }
 
 TaskId StreamExecutor::add_launched(StreamId stream, Launcher launcher, std::span<const TaskId> deps) {
+  SCALEOUT_CHECK(!launchers_released_, "add_launched() after release_launchers()");
   const TaskId id = add_task(stream, Time::zero(), deps);
   launchers_.push_back(std::move(launcher));
   tasks_[id].launcher = static_cast<std::uint32_t>(launchers_.size());
@@ -105,6 +106,7 @@ void StreamExecutor::try_start(StreamId s) {
   // Hooks may add tasks, which can move tasks_: no reference to a task survives them.
   for (auto& h : on_start_) h(id, sim_.now());
   if (launcher != 0) {
+    SCALEOUT_CHECK(!launchers_released_, "a launched task started after release_launchers()");
     launchers_[launcher - 1](id);
   } else if (end == sim_.now()) {
     // A task of no length (a barrier, a memory change) ends as it starts: at once, not through
@@ -119,6 +121,11 @@ void StreamExecutor::try_start(StreamId s) {
   } else {
     sim_.schedule_at(end, [this, id] { finish(id); });
   }
+}
+
+void StreamExecutor::release_launchers() {
+  std::vector<Launcher>().swap(launchers_);
+  launchers_released_ = true;
 }
 
 void StreamExecutor::finish(TaskId id) {

@@ -30,6 +30,7 @@ class StreamExecutor {
   void reserve(std::size_t tasks) {
     tasks_.reserve(tasks);
     edges_.reserve(tasks + tasks / 2);
+    launchers_.reserve(tasks / 2);
   }
   TaskId add(StreamId stream, Time duration, std::span<const TaskId> deps);
   TaskId add(StreamId stream, Time duration, std::initializer_list<TaskId> deps = {}) {
@@ -55,6 +56,9 @@ class StreamExecutor {
   void start();
   // Completes a task started by its launcher.
   void finish(TaskId id);
+  // Gives the launchers' memory back once the simulation is over (a launcher called after it is an
+  // error, as is a task launched after it).
+  void release_launchers();
 
   void on_start(Hook h) { on_start_.push_back(std::move(h)); }
   void on_finish(Hook h) { on_finish_.push_back(std::move(h)); }
@@ -108,6 +112,7 @@ class StreamExecutor {
   std::vector<TaskId> finishing_now_;  // tasks of no length ending at this instant, in order
   std::size_t finished_ = 0;
   bool started_ = false;
+  bool launchers_released_ = false;
 };
 
 }  // namespace scaleout

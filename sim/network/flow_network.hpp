@@ -109,6 +109,10 @@ class FlowNetwork {
   void watch(std::span<const LinkId> links, std::uint32_t who);
   // The intervals `who` was told of, in the order they ended (a flow) or began (a reservation).
   const std::vector<std::pair<Time, Time>>& busy(std::uint32_t who) const;
+  // The same, handed over (what is left for `who` is empty).
+  std::vector<std::pair<Time, Time>> take_busy(std::uint32_t who) {
+    return who < busy_.size() ? std::move(busy_[who]) : std::vector<std::pair<Time, Time>>{};
+  }
 
   // Objects that must live as long as their flows (a collective's plan): held until released.
   void hold(std::shared_ptr<void> owner) { held_.push_back(std::move(owner)); }

@@ -136,6 +136,21 @@ TEST_CASE("a launched task completes when its launcher says so", "[sim]") {
   CHECK(ex.finish_time(after) == Time::from_us(8));
 }
 
+TEST_CASE("launchers released after the run: the results stay, a later launch is refused", "[sim]") {
+  Simulator sim;
+  StreamExecutor ex(sim);
+  const StreamId s = ex.add_stream();
+  int calls = 0;
+  const TaskId t = ex.add_launched(s, [&](TaskId id) { ++calls; sim.schedule_in(Time::from_us(3), [&ex, id] { ex.finish(id); }); }, {});
+  ex.start();
+  sim.run();
+  ex.release_launchers();
+  CHECK(calls == 1);
+  CHECK(ex.finish_time(t) == Time::from_us(3));
+  CHECK(ex.all_finished());
+  CHECK_THROWS_WITH(ex.add_launched(s, [](TaskId) {}, {}), Catch::Contains("release_launchers"));
+}
+
 TEST_CASE("a dependency on a later task, and a cycle leaves tasks unfinished", "[sim]") {
   Simulator sim;
   StreamExecutor ex(sim);

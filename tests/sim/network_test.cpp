@@ -181,6 +181,12 @@ TEST_CASE("a watched link tells its flows' and reservations' busy times", "[sim]
   CHECK(busy[1].first.seconds() == Approx(2.0));
   CHECK(busy[1].second.seconds() == Approx(2.5));
   CHECK(net.busy(1).empty());
+  // Handed over: the same intervals, and none left behind.
+  const auto taken = net.take_busy(0);
+  REQUIRE(taken.size() == 2);
+  CHECK(taken[1].second.seconds() == Approx(2.5));
+  CHECK(net.busy(0).empty());
+  CHECK(net.take_busy(7).empty());
 }
 
 TEST_CASE("flows starting at the same instant are solved once", "[sim]") {
