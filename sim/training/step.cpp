@@ -339,8 +339,8 @@ struct Work {
   bool weight = false;  // zero-bubble: the W pass (weight gradients) of micro-batch mb
 };
 
-// Per-task lists (a task's dependencies, the memory it allocates or frees) in insertion order,
-// threaded through one array: a vector per task cost a heap allocation per task.
+// Per-task lists (a task's dependencies) in insertion order, threaded through one array: a vector
+// per task cost a heap allocation per task.
 template <class T>
 class TaskLists {
  public:
@@ -363,12 +363,6 @@ class TaskLists {
     tail_[task] = static_cast<std::uint32_t>(nodes_.size() - 1);
   }
   void turn_off() { off_ = true; }  // pushes are dropped (a step without memory accounting)
-  // Gives the lists' memory back (no list is read again).
-  void release() {
-    std::vector<Node>().swap(nodes_);
-    std::vector<std::uint32_t>().swap(head_);
-    std::vector<std::uint32_t>().swap(tail_);
-  }
   void reserve(std::size_t tasks, std::size_t values) {
     if (off_) return;
     head_.reserve(tasks);
@@ -1316,8 +1310,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     std::uint32_t first = 0, count = 0, expected = 0;
   };
   std::vector<TaskId> waiting_pool;
-  // What a barrier's launcher needs besides its barrier: two pointers, stored in the launcher
-  // itself (std::function keeps captures of up to 16 trivially copied bytes in place).
+  // What a barrier's launcher needs besides its barrier. The launcher captures two pointers (the
+  // barrier and flow_run), which std::function keeps in place (up to 16 trivially copied bytes).
   struct FlowRun {
     FlowNetwork* net;
     StreamExecutor* ex;
@@ -1455,6 +1449,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           }
         }
         fl.expected = std::uint32_t(gb->expected);
+        SCALEOUT_CHECK(waiting_pool.size() + fl.expected < 0xffffffffu, "flow barriers' pool past 2^32 slots");
         fl.first = std::uint32_t(waiting_pool.size());
         waiting_pool.resize(waiting_pool.size() + fl.expected);
         const std::vector<int>& key = gb->reps;
@@ -1468,6 +1463,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       }
       // Two pointers captured: the launcher is stored in place, not on the heap.
       launch_next = [w = &fl, c = &flow_run](TaskId id) {
+        SCALEOUT_CHECK(w->count < w->expected, "more members reached a flow barrier than its group has");
         (*c->waiting)[w->first + w->count++] = id;
         if (w->count == w->expected)
           run_collectives(*c->net, *w->batch, [w, c] {
@@ -1675,20 +1671,51 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     return Time::from_seconds(analytic_s(rank, kernel));
   };
   // A joined collective's claim (see Claim).
-  auto claim_in = [&](int rank, KernelBatch& kb, const Kernel& kernel, TaskId task, Time offset, Time floor, Time dt) {
-    if (!kb.claimed) {
-      kb.claimed = true;
-      auto& batches = owners[kb.owner].claimed;
-      if (std::find(batches.begin(), batches.end(), kb.batch->batch.get()) == batches.end()) batches.push_back(kb.batch->batch.get());
-    }
-    claims.push_back({&kernel, task, kb.owner, pass_no[std::size_t(rank)], offset, floor, dt});
+  auto note_claimed = [&](KernelBatch& kb) {
+    if (kb.claimed) return;
+    kb.claimed = true;
+    auto& batches = owners[kb.owner].claimed;
+    if (std::find(batches.begin(), batches.end(), kb.batch->batch.get()) == batches.end()) batches.push_back(kb.batch->batch.get());
   };
   auto claim = [&](int rank, const Kernel& kernel, TaskId task, Time offset, Time floor, Time dt) {
-    claim_in(rank, kernel_batch(rank, kernel), kernel, task, offset, floor, dt);
+    KernelBatch& kb = kernel_batch(rank, kernel);
+    note_claimed(kb);
+    claims.push_back({&kernel, task, kb.owner, pass_no[std::size_t(rank)], offset, floor, dt});
   };
   // A record's claims, replayed pass after pass on a rank: their batches looked up once per record
   // and rank.
   std::map<std::pair<const Segment*, int>, std::vector<KernelBatch*>> replay_batches;
+  // A replayed record's claims are one entry, not one each (a 64-GPU PP 4 x TP 2 x DP 8 plan of 128
+  // micro-batches made a million claims, 51 MB, for 46k tasks): the record, its batches on the
+  // rank, the task and pass, and the host clock its floors are shifted by; spelled out when read,
+  // in the order made (before the claim that was next in `claims`).
+  struct ClaimRun {
+    const Segment* rec;
+    const std::vector<KernelBatch*>* batches;
+    std::size_t before;  // claims.size() when it was made
+    TaskId task;
+    std::int32_t pass;
+    Time host0;
+  };
+  std::vector<ClaimRun> claim_runs;
+  // f(claim) for every claim, in the order made.
+  auto for_each_claim = [&](auto&& f) {
+    std::size_t k = 0;
+    auto runs_before = [&](std::size_t i) {
+      for (; k < claim_runs.size() && claim_runs[k].before == i; ++k) {
+        const ClaimRun& cr = claim_runs[k];
+        const std::vector<Segment::Claimed>& rc = cr.rec->claims;
+        for (std::size_t j = 0; j < rc.size(); ++j)
+          f(Claim{rc[j].kernel, cr.task, (*cr.batches)[j]->owner, cr.pass, rc[j].offset,
+                  rc[j].floor > Time::zero() ? rc[j].floor + cr.host0 : Time::zero(), rc[j].dt});
+      }
+    };
+    for (std::size_t i = 0; i < claims.size(); ++i) {
+      runs_before(i);
+      f(claims[i]);
+    }
+    runs_before(claims.size());
+  };
 
   // Build each stage's chunks.
   for (int rr = 0; rr < nranks; ++rr) {
@@ -2358,10 +2385,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
               std::vector<KernelBatch*>& kbs = replay_batches[{&rec, r}];
               if (kbs.empty())
                 for (const Segment::Claimed& c : rec.claims) kbs.push_back(&kernel_batch(r, *c.kernel));
-              for (std::size_t i = 0; i < rec.claims.size(); ++i) {
-                const Segment::Claimed& c = rec.claims[i];
-                claim_in(r, *kbs[i], *c.kernel, g, c.offset, c.floor > Time::zero() ? c.floor + host0 : Time::zero(), c.dt);
-              }
+              for (KernelBatch* kb : kbs) note_claimed(*kb);
+              claim_runs.push_back({&rec, &kbs, claims.size(), g, pass_no[std::size_t(r)], host0});
             }
             run_ops.refer(g, rec.changes, host0, rec.has_block ? &rec.block : nullptr);
             if (rec.open_group.open) {
@@ -2769,7 +2794,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   mem_ops.release();
   run_ops.release();
   ex.release_launchers();
-  barrier_flows.clear();
+  barrier_flows.clear();  // (Barrier::flow points into it: not read past here)
   std::vector<TaskId>().swap(waiting_pool);
   if (!skews.empty()) {
     // Split each class by how its GPUs' collectives ended (which batch, how far apart), refine
@@ -2803,20 +2828,10 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   }
   SCALEOUT_CHECK(ex.all_finished(), "step simulation ended with tasks left: a dependency cycle in the schedule");
   tapes.claims_made = std::max(tapes.claims_made, claims.size());
-  if (!claims.empty()) {
+  if (!claims.empty() || !claim_runs.empty()) {
     // Each joined collective against the traffic on its links while it ran: flows and batches run
     // apart (the network's watch), and other groups' joined collectives on shared links.
     const std::size_t n = owners.size();
-    std::vector<std::vector<std::pair<Time, Time>>> held(n);
-    std::vector<std::size_t> claimed_by(n, 0);
-    for (const Claim& c : claims) claimed_by[c.who] += c.dt > Time::zero() ? 1 : 0;
-    for (std::uint32_t w = 0; w < n; ++w) held[w].reserve(claimed_by[w]);
-    auto start_of = [&ex](const Claim& c) { return max(ex.start_time(c.task) + c.offset, c.floor); };
-    for (const Claim& c : claims) {
-      if (c.dt <= Time::zero()) continue;
-      const Time at = start_of(c);
-      held[c.who].emplace_back(at, at + c.dt);
-    }
     std::map<LinkId, std::vector<std::uint32_t>> link_whos;
     for (std::uint32_t w = 0; w < n; ++w)
       for (const CollectiveBatch* b : owners[w].claimed)
@@ -2829,6 +2844,18 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       for (const std::uint32_t a : on)
         for (const std::uint32_t b : on)
           if (a != b) sharers[a].insert(b);
+    // The intervals of the groups whose links others' claims share (sharing is mutual: exactly
+    // the groups another group's claims are checked against).
+    auto start_of = [&ex](const Claim& c) { return max(ex.start_time(c.task) + c.offset, c.floor); };
+    std::vector<std::size_t> claimed_by(n, 0);
+    for_each_claim([&](const Claim& c) { claimed_by[c.who] += c.dt > Time::zero() && !sharers[c.who].empty() ? 1 : 0; });
+    std::vector<std::vector<std::pair<Time, Time>>> held(n);
+    for (std::uint32_t w = 0; w < n; ++w) held[w].reserve(claimed_by[w]);
+    for_each_claim([&](const Claim& c) {
+      if (c.dt <= Time::zero() || sharers[c.who].empty()) return;
+      const Time at = start_of(c);
+      held[c.who].emplace_back(at, at + c.dt);
+    });
     // Intervals sorted by start, with a running maximum of their ends: a claim [a, b) meets them
     // iff some interval that starts before b reaches past a.
     struct Sorted {
@@ -2873,41 +2900,44 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     // whichever order they are asked in. Its claims come in runs rising by their end (each member
     // rank's, in the order it made them); along a run each list is swept with a pointer (the
     // intervals that start before a claim's end only grow as that end does), found afresh by a
-    // binary search where a run begins.
+    // binary search where a run begins. One pass over the claims sweeps every group's at once.
     std::vector<std::int64_t> from(n, std::numeric_limits<std::int64_t>::max());
-    std::vector<std::vector<std::tuple<Time, Time, std::int32_t>>> by_end(n);  // (until, at, pass)
-    for (std::uint32_t w = 0; w < n; ++w)
-      if (busy_sorted[w]) by_end[w].reserve(claimed_by[w]);
-    for (const Claim& c : claims) {
-      if (c.dt <= Time::zero() || !busy_sorted[c.who]) continue;
-      const Time at = start_of(c);
-      by_end[c.who].emplace_back(at + c.dt, at, c.pass);
-    }
+    struct Sweep {
+      std::vector<const Sorted*> lists;
+      std::vector<std::size_t> before;  // intervals starting before the claim's end
+      Time until;                       // the group's previous claim's end
+      bool begun = false;
+    };
+    std::vector<Sweep> sweeps(n);
     for (std::uint32_t w = 0; w < n; ++w) {
-      const auto& ends = by_end[w];
-      if (ends.empty()) continue;
-      std::vector<const Sorted*> lists{busy_sorted[w].get()};
-      lists.insert(lists.end(), others[w].begin(), others[w].end());
-      std::vector<std::size_t> before(lists.size(), 0);  // intervals starting before the claim's end
-      for (std::size_t j = 0; j < ends.size(); ++j) {
-        const auto& [until, at, pass] = ends[j];
-        if (j == 0 || until < std::get<0>(ends[j - 1]))  // a run begins
-          for (std::size_t i = 0; i < lists.size(); ++i)
-            before[i] = std::size_t(std::partition_point(lists[i]->iv.begin(), lists[i]->iv.end(),
-                                                         [until = until](const std::pair<Time, Time>& x) { return x.first < until; }) -
-                                    lists[i]->iv.begin());
-        if (pass >= from[w]) continue;
-        for (std::size_t i = 0; i < lists.size(); ++i) {
-          const Sorted& x = *lists[i];
-          std::size_t& b = before[i];
-          while (b < x.iv.size() && x.iv[b].first < until) ++b;
-          if (b > 0 && x.reach[b - 1] > at) {
-            from[w] = pass;
-            break;
-          }
+      if (!busy_sorted[w]) continue;
+      sweeps[w].lists.push_back(busy_sorted[w].get());
+      sweeps[w].lists.insert(sweeps[w].lists.end(), others[w].begin(), others[w].end());
+      sweeps[w].before.assign(sweeps[w].lists.size(), 0);
+    }
+    for_each_claim([&](const Claim& c) {
+      if (c.dt <= Time::zero() || !busy_sorted[c.who]) return;
+      const std::uint32_t w = c.who;
+      Sweep& sw = sweeps[w];
+      const Time at = start_of(c), until = at + c.dt;
+      if (!sw.begun || until < sw.until)  // a run begins
+        for (std::size_t i = 0; i < sw.lists.size(); ++i)
+          sw.before[i] = std::size_t(std::partition_point(sw.lists[i]->iv.begin(), sw.lists[i]->iv.end(),
+                                                          [until](const std::pair<Time, Time>& x) { return x.first < until; }) -
+                                     sw.lists[i]->iv.begin());
+      sw.begun = true;
+      sw.until = until;
+      if (c.pass >= from[w]) return;
+      for (std::size_t i = 0; i < sw.lists.size(); ++i) {
+        const Sorted& x = *sw.lists[i];
+        std::size_t& b = sw.before[i];
+        while (b < x.iv.size() && x.iv[b].first < until) ++b;
+        if (b > 0 && x.reach[b - 1] > at) {
+          from[w] = c.pass;
+          break;
         }
       }
-    }
+    });
     bool barred_more = false;
     for (std::uint32_t w = 0; w < n; ++w) {
       if (from[w] == std::numeric_limits<std::int64_t>::max()) continue;

@@ -151,6 +151,21 @@ TEST_CASE("launchers released after the run: the results stay, a later launch is
   CHECK_THROWS_WITH(ex.add_launched(s, [](TaskId) {}, {}), Catch::Contains("release_launchers"));
 }
 
+TEST_CASE("a launched task that would start after its launchers were released is refused", "[sim]") {
+  Simulator sim;
+  StreamExecutor ex(sim);
+  const StreamId s = ex.add_stream();
+  ex.add(s, Time::from_us(5));
+  int calls = 0;
+  const TaskId late = ex.add_launched(s, [&](TaskId id) { ++calls; ex.finish(id); }, {});
+  ex.start();
+  sim.run(Time::from_us(1));  // the first task still runs: the launched one has not started
+  ex.release_launchers();
+  CHECK_THROWS_WITH(sim.run(), Catch::Contains("release_launchers"));
+  CHECK(calls == 0);
+  CHECK(ex.start_time(late) == Time::from_us(5));  // started (its hooks ran), never launched
+}
+
 TEST_CASE("a dependency on a later task, and a cycle leaves tasks unfinished", "[sim]") {
   Simulator sim;
   StreamExecutor ex(sim);
