@@ -339,14 +339,15 @@ struct Work {
   bool weight = false;  // zero-bubble: the W pass (weight gradients) of micro-batch mb
 };
 
-// Per-task lists (a task's dependencies) in insertion order, threaded through one array: a vector
-// per task cost a heap allocation per task.
-template <class T>
-class TaskLists {
- public:
-  void push(TaskId task, const T& value) { push(task, std::span<const T>(&value, 1)); }
-  void push(TaskId task, std::span<const T> values) {
-    if (off_ || values.empty()) return;
+// The heads and tails of per-task lists threaded through one array of links (TaskLists,
+// TaskMemOps): a vector per task cost a heap allocation per task.
+class TaskChains {
+ protected:
+  static constexpr std::uint32_t kNone = 0xffffffffu;
+  // Appends entries first..last, already linked to each other, to the task's list; link(e) is
+  // entry e's link to the next.
+  template <class Link>
+  void append(TaskId task, std::uint32_t first, std::uint32_t last, Link&& link) {
     if (task >= head_.size()) {
       // Empty lists past the task cost nothing: grow by half again, not a task at a time (nor to
       // the reserved room, an estimate by kernels that runs of kernels leave mostly untouched).
@@ -354,52 +355,61 @@ class TaskLists {
       head_.resize(n, kNone);
       tail_.resize(n, kNone);
     }
+    if (tail_[task] == kNone) head_[task] = first;
+    else link(tail_[task]) = first;
+    tail_[task] = last;
+  }
+  std::uint32_t head(TaskId task) const { return task < head_.size() ? head_[task] : kNone; }
+  void reserve_tasks(std::size_t tasks) {
+    head_.reserve(tasks);
+    tail_.reserve(tasks);
+  }
+
+ private:
+  std::vector<std::uint32_t> head_, tail_;
+};
+
+// Per-task lists (a task's dependencies) in insertion order.
+template <class T>
+class TaskLists : TaskChains {
+ public:
+  void push(TaskId task, const T& value) { push(task, std::span<const T>(&value, 1)); }
+  void push(TaskId task, std::span<const T> values) {
+    if (off_ || values.empty()) return;
     // The values in a row, each linked to the next.
     const auto e = static_cast<std::uint32_t>(nodes_.size());
     for (const T& v : values) nodes_.push_back({v, static_cast<std::uint32_t>(nodes_.size() + 1)});
     nodes_.back().next = kNone;
-    if (tail_[task] == kNone) head_[task] = e;
-    else nodes_[tail_[task]].next = e;
-    tail_[task] = static_cast<std::uint32_t>(nodes_.size() - 1);
+    append(task, e, static_cast<std::uint32_t>(nodes_.size() - 1), [this](std::uint32_t i) -> std::uint32_t& { return nodes_[i].next; });
   }
   void turn_off() { off_ = true; }  // pushes are dropped (a step without memory accounting)
   void reserve(std::size_t tasks, std::size_t values) {
     if (off_) return;
-    head_.reserve(tasks);
-    tail_.reserve(tasks);
+    reserve_tasks(tasks);
     nodes_.reserve(values);
   }
   template <class F>
   void for_each(TaskId task, F&& f) const {
-    if (task >= head_.size()) return;
-    for (std::uint32_t e = head_[task]; e != kNone; e = nodes_[e].next) f(nodes_[e].value);
+    for (std::uint32_t e = head(task); e != kNone; e = nodes_[e].next) f(nodes_[e].value);
   }
 
  private:
-  static constexpr std::uint32_t kNone = 0xffffffffu;
   struct Node {
     T value;
     std::uint32_t next;
   };
   std::vector<Node> nodes_;
-  std::vector<std::uint32_t> head_, tail_;
   bool off_ = false;
 };
 
 // What each task allocates when it starts and frees when it ends, in the order listed: one list
 // per task threaded through columns (bytes, next, category and whether it frees: 13 bytes a
 // change, not a 24-byte node in one of two lists with their own heads).
-class TaskMemOps {
+class TaskMemOps : TaskChains {
  public:
   void push(TaskId task, const MemOp& op, bool frees) { push(task, std::span<const MemOp>(&op, 1), frees); }
   void push(TaskId task, std::span<const MemOp> ops, bool frees) {
     if (off_ || ops.empty()) return;
-    if (task >= head_.size()) {
-      // (grown by half again, as TaskLists)
-      const std::size_t n = std::max(std::size_t(task) + 1, head_.size() + head_.size() / 2 + 64);
-      head_.resize(n, kNone);
-      tail_.resize(n, kNone);
-    }
     const auto e = static_cast<std::uint32_t>(bytes_.size());
     for (const MemOp& op : ops) {
       bytes_.push_back(op.bytes);
@@ -407,15 +417,12 @@ class TaskMemOps {
       tag_.push_back(static_cast<std::uint8_t>(static_cast<unsigned>(op.category) | (frees ? kFrees : 0u)));
     }
     next_.back() = kNone;
-    if (tail_[task] == kNone) head_[task] = e;
-    else next_[tail_[task]] = e;
-    tail_[task] = static_cast<std::uint32_t>(next_.size() - 1);
+    append(task, e, static_cast<std::uint32_t>(next_.size() - 1), [this](std::uint32_t i) -> std::uint32_t& { return next_[i]; });
   }
   void turn_off() { off_ = true; }  // pushes are dropped (a step without memory accounting)
   void reserve(std::size_t tasks, std::size_t ops) {
     if (off_) return;
-    head_.reserve(tasks);
-    tail_.reserve(tasks);
+    reserve_tasks(tasks);
     bytes_.reserve(ops);
     next_.reserve(ops);
     tag_.reserve(ops);
@@ -424,15 +431,12 @@ class TaskMemOps {
   // f(op) for each of the task's allocations (frees = false) or frees, in the order pushed.
   template <class F>
   void for_each(TaskId task, bool frees, F&& f) const {
-    if (task >= head_.size()) return;
-    for (std::uint32_t e = head_[task]; e != kNone; e = next_[e])
+    for (std::uint32_t e = head(task); e != kNone; e = next_[e])
       if (((tag_[e] & kFrees) != 0) == frees) f(MemOp{static_cast<MemCategory>(tag_[e] & ~kFrees), bytes_[e]});
   }
 
  private:
-  static constexpr std::uint32_t kNone = 0xffffffffu;
   static constexpr unsigned kFrees = 0x80u;
-  std::vector<std::uint32_t> head_, tail_;
   std::vector<double> bytes_;
   std::vector<std::uint32_t> next_;
   std::vector<std::uint8_t> tag_;
