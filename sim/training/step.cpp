@@ -1012,15 +1012,16 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // What each compute task waited for, for the attribution of idle gaps (read for compute tasks
   // only: listed for them only).
   TaskLists<TaskId> deps_of;
-  // Each task's kernel (null for transfers and bookkeeping), simulated rank, track and what its
-  // time counts as (0 nothing, else a CommGroup + 1; the pipeline's sends: pp).
+  // Each task's simulated rank, track and what its time counts as (0 nothing, else a CommGroup +
+  // 1; the pipeline's sends: pp): 8 bytes. Its kernel (null for transfers and bookkeeping) only
+  // names it in the trace: kept only there.
   struct TaskInfo {
-    const Kernel* kernel = nullptr;
     int rank = 0;
     std::uint8_t track = 0;
     std::uint8_t comm = 0;
   };
   std::vector<TaskInfo> info;
+  std::vector<const Kernel*> kernel_of;  // by task, kept for the trace only (its kernels' names)
   std::vector<std::array<TaskId, 5>> last_on(nranks);  // last task + 1 on each of a rank's streams (0: none)
 
   // Runs of kernels folded into one task (not when a trace is kept): a rank's compute stream runs
@@ -1109,7 +1110,11 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     launch_next = nullptr;
     info.resize(id + 1);
     if (track == kCompute) deps_of.push(id, deps);
-    info[id] = {k, rank, std::uint8_t(track), 0};
+    info[id] = {rank, std::uint8_t(track), 0};
+    if (cfg.keep_trace) {
+      kernel_of.resize(id + 1, nullptr);
+      kernel_of[id] = k;
+    }
     last_on[rank][track] = id + 1;
     if (track == kCompute) seal(rank);
     return id;
@@ -1420,7 +1425,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     if (occurrence == gb->by_occurrence.size()) {
       const TaskId t = ex.add(gb->stream, Time::zero(), {});
       info.resize(t + 1);
-      info[t] = {nullptr, rank, std::uint8_t(kBarrier), 0};
+      info[t] = {rank, std::uint8_t(kBarrier), 0};
       barrier_list.emplace_back();
       barrier_list.back().task = t;
       gb->by_occurrence.push_back(std::uint32_t(barrier_list.size() - 1));
@@ -3177,7 +3182,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   res.params_total = total;
   if (cfg.keep_trace) {
     for (TaskId id = 0; id < ex.task_count(); ++id) {
-      const Kernel* k = info[id].kernel;
+      const Kernel* k = id < kernel_of.size() ? kernel_of[id] : nullptr;
       const bool pp_send = info[id].track >= kSendFwd || (info[id].track == kCompute && info[id].comm == std::uint8_t(int(CommGroup::pp) + 1));
       std::string name = k ? k->name : info[id].track == kDpComm ? "dp_comm" : pp_send ? "pp_send" : "memory";
       if (info[id].track == kBarrier || (info[id].track == kCompute && !k && ex.finish_time(id) == ex.start_time(id))) continue;
