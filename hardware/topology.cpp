@@ -184,6 +184,26 @@ const Topology::DistTable& Topology::distances(VertexId dst, Scope s) const {
   return dist_cache_.emplace(key, std::move(t)).first->second;
 }
 
+namespace {
+using Edge = boost::graph_traits<TopologyGraph>::edge_descriptor;
+
+// Among u's out-edges that ok(edge) accepts, the one `h` picks (h modulo their count); false if
+// none is accepted.
+template <class Ok>
+bool pick_out_edge(const TopologyGraph& g, VertexId u, std::uint64_t h, Ok&& ok, Edge& chosen) {
+  std::uint32_t count = 0;
+  for (auto [e, end] = boost::out_edges(u, g); e != end; ++e) count += ok(*e) ? 1 : 0;
+  if (count == 0) return false;
+  std::uint32_t pick = std::uint32_t(h % count);
+  for (auto [e, end] = boost::out_edges(u, g); e != end; ++e)
+    if (ok(*e) && pick-- == 0) {
+      chosen = *e;
+      return true;
+    }
+  return false;
+}
+}  // namespace
+
 // Follows decreasing distance from src to dst; among equal-cost next hops (parallel links
 // included) the hash of the flow and the current vertex picks one.
 bool Topology::walk(VertexId src, VertexId dst, Scope s, std::uint64_t hash, std::vector<LinkId>& out) const {
@@ -206,28 +226,16 @@ bool Topology::walk(VertexId src, VertexId dst, Scope s, std::uint64_t hash, std
   VertexId u = src;
   while (u != dst) {
     const std::uint16_t du = dist_of(u);
-    std::uint32_t count = 0;
-    for (auto [e, end] = boost::out_edges(u, graph_); e != end; ++e) {
-      const VertexId w = VertexId(boost::target(*e, graph_));
+    auto downhill = [&](const Edge& e) {
+      const VertexId w = VertexId(boost::target(e, graph_));
       const int sw = slot(w, s);
-      if (sw >= 0 && usable(graph_[*e].id, s) && (across_nodes(s) || graph_[w].node == graph_[u].node) &&
-          t.dist[std::size_t(sw)] + 1 == du && (w == dst || transit(w, s)))
-        ++count;
-    }
-    if (count == 0) return false;
-    std::uint32_t pick = std::uint32_t(flow_hash(hash, u, du) % count);
-    for (auto [e, end] = boost::out_edges(u, graph_); e != end; ++e) {
-      const VertexId w = VertexId(boost::target(*e, graph_));
-      const int sw = slot(w, s);
-      if (sw >= 0 && usable(graph_[*e].id, s) && (across_nodes(s) || graph_[w].node == graph_[u].node) &&
-          t.dist[std::size_t(sw)] + 1 == du && (w == dst || transit(w, s))) {
-        if (pick-- == 0) {
-          out.push_back(graph_[*e].id);
-          u = w;
-          break;
-        }
-      }
-    }
+      return sw >= 0 && usable(graph_[e].id, s) && (across_nodes(s) || graph_[w].node == graph_[u].node) &&
+             t.dist[std::size_t(sw)] + 1 == du && (w == dst || transit(w, s));
+    };
+    Edge next;
+    if (!pick_out_edge(graph_, u, flow_hash(hash, u, du), downhill, next)) return false;
+    out.push_back(graph_[next].id);
+    u = VertexId(boost::target(next, graph_));
   }
   return true;
 }
@@ -248,16 +256,12 @@ bool Topology::segment(VertexId src, VertexId dst, Scope s, std::uint64_t hash, 
     if (anchor != kNoVertex && unique && src != anchor) {
       if (!walk(src, anchor, Scope::switches, hash, out)) return false;
       // The last hop: among the leaf's links to the NIC that have not failed.
-      std::uint32_t count = 0;
-      for (auto [e, end] = boost::out_edges(anchor, graph_); e != end; ++e)
-        if (boost::target(*e, graph_) == dst && usable(graph_[*e].id, s)) ++count;
-      if (count == 0) return false;
-      std::uint32_t pick = std::uint32_t(flow_hash(hash, anchor, dst) % count);
-      for (auto [e, end] = boost::out_edges(anchor, graph_); e != end; ++e)
-        if (boost::target(*e, graph_) == dst && usable(graph_[*e].id, s) && pick-- == 0) {
-          out.push_back(graph_[*e].id);
-          break;
-        }
+      Edge last;
+      if (!pick_out_edge(
+              graph_, anchor, flow_hash(hash, anchor, dst),
+              [&](const Edge& e) { return boost::target(e, graph_) == dst && usable(graph_[e].id, s); }, last))
+        return false;
+      out.push_back(graph_[last].id);
       return true;
     }
   }

@@ -375,16 +375,14 @@ class TaskLists : TaskChains {
  public:
   void push(TaskId task, const T& value) { push(task, std::span<const T>(&value, 1)); }
   void push(TaskId task, std::span<const T> values) {
-    if (off_ || values.empty()) return;
+    if (values.empty()) return;
     // The values in a row, each linked to the next.
     const auto e = static_cast<std::uint32_t>(nodes_.size());
     for (const T& v : values) nodes_.push_back({v, static_cast<std::uint32_t>(nodes_.size() + 1)});
     nodes_.back().next = kNone;
     append(task, e, static_cast<std::uint32_t>(nodes_.size() - 1), [this](std::uint32_t i) -> std::uint32_t& { return nodes_[i].next; });
   }
-  void turn_off() { off_ = true; }  // pushes are dropped (a step without memory accounting)
   void reserve(std::size_t tasks, std::size_t values) {
-    if (off_) return;
     reserve_tasks(tasks);
     nodes_.reserve(values);
   }
@@ -399,7 +397,6 @@ class TaskLists : TaskChains {
     std::uint32_t next;
   };
   std::vector<Node> nodes_;
-  bool off_ = false;
 };
 
 // What each task allocates when it starts and frees when it ends, in the order listed: one list
