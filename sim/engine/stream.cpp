@@ -124,7 +124,7 @@ void StreamExecutor::try_start(StreamId s) {
 }
 
 void StreamExecutor::release_launchers() {
-  std::vector<Launcher>().swap(launchers_);
+  launchers_.clear();
   launchers_released_ = true;
 }
 

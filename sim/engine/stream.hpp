@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "sim/engine/chunked_vector.hpp"
 #include "sim/engine/simulator.hpp"
 
 namespace scaleout {
@@ -26,7 +27,8 @@ class StreamExecutor {
   explicit StreamExecutor(Simulator& sim) : sim_(sim) {}
 
   StreamId add_stream();
-  // Room for this many tasks (and about as many dependencies) before they are added.
+  // Room in the chunk tables for this many tasks (and about as many dependencies); the arrays
+  // themselves grow a chunk at a time (ChunkedVector).
   void reserve(std::size_t tasks) {
     tasks_.reserve(tasks);
     edges_.reserve(tasks + tasks / 2);
@@ -104,10 +106,10 @@ class StreamExecutor {
   void try_start(StreamId s);
 
   Simulator& sim_;
-  std::vector<Task> tasks_;
-  std::vector<Edge> edges_;
+  ChunkedVector<Task> tasks_;
+  ChunkedVector<Edge> edges_;
   std::vector<Stream> streams_;
-  std::vector<Launcher> launchers_;
+  ChunkedVector<Launcher> launchers_;
   std::vector<Hook> on_start_, on_finish_;
   std::vector<TaskId> finishing_now_;  // tasks of no length ending at this instant, in order
   std::size_t finished_ = 0;

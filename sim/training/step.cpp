@@ -15,6 +15,7 @@
 
 #include "models/step_tape.hpp"
 #include "sim/engine/check.hpp"
+#include "sim/engine/chunked_vector.hpp"
 #include "sim/engine/stream.hpp"
 #include "sim/network/collective_model.hpp"
 #include "sim/network/collectives.hpp"
@@ -349,11 +350,8 @@ class TaskChains {
   template <class Link>
   void append(TaskId task, std::uint32_t first, std::uint32_t last, Link&& link) {
     if (task >= head_.size()) {
-      // Empty lists past the task cost nothing: grow by half again, not a task at a time (nor to
-      // the reserved room, an estimate by kernels that runs of kernels leave mostly untouched).
-      const std::size_t n = std::max(std::size_t(task) + 1, head_.size() + head_.size() / 2 + 64);
-      head_.resize(n, kNone);
-      tail_.resize(n, kNone);
+      head_.grow_to(std::size_t(task) + 1, kNone);
+      tail_.grow_to(std::size_t(task) + 1, kNone);
     }
     if (tail_[task] == kNone) head_[task] = first;
     else link(tail_[task]) = first;
@@ -366,7 +364,7 @@ class TaskChains {
   }
 
  private:
-  std::vector<std::uint32_t> head_, tail_;
+  ChunkedVector<std::uint32_t> head_, tail_;
 };
 
 // Per-task lists (a task's dependencies) in insertion order.
@@ -396,7 +394,7 @@ class TaskLists : TaskChains {
     T value;
     std::uint32_t next;
   };
-  std::vector<Node> nodes_;
+  ChunkedVector<Node> nodes_;
 };
 
 // What each task allocates when it starts and frees when it ends, in the order listed: one list
@@ -434,9 +432,9 @@ class TaskMemOps : TaskChains {
 
  private:
   static constexpr unsigned kFrees = 0x80u;
-  std::vector<double> bytes_;
-  std::vector<std::uint32_t> next_;
-  std::vector<std::uint8_t> tag_;
+  ChunkedVector<double> bytes_;
+  ChunkedVector<std::uint32_t> next_;
+  ChunkedVector<std::uint8_t> tag_;
   bool off_ = false;
 };
 
@@ -453,8 +451,8 @@ class RunChanges {
  public:
   void refer(TaskId task, std::span<const RunChange> changes, Time shift, const MemoryTracker::Block* block) {
     SCALEOUT_CHECK(first_.empty() || task + 1 >= first_.size(), "run changes listed out of task order");
-    if (task >= first_.size()) first_.resize(std::size_t(task) + 1, static_cast<std::uint32_t>(offset_.size()));
-    if (ref_of_.size() <= task) ref_of_.resize(std::size_t(task) + 1, 0);
+    if (task >= first_.size()) first_.grow_to(std::size_t(task) + 1, static_cast<std::uint32_t>(offset_.size()));
+    if (ref_of_.size() <= task) ref_of_.grow_to(std::size_t(task) + 1, 0);
     refs_.push_back({changes, shift, block});
     ref_of_[task] = static_cast<std::uint32_t>(refs_.size());
   }
@@ -466,7 +464,7 @@ class RunChanges {
   void push(TaskId task, Time release, Time offset, Time floor, double bytes, MemCategory c) {
     SCALEOUT_CHECK(first_.empty() || task + 1 >= first_.size(), "run changes listed out of task order");
     const auto at = static_cast<std::uint32_t>(offset_.size());
-    if (task >= first_.size()) first_.resize(std::size_t(task) + 1, at);
+    if (task >= first_.size()) first_.grow_to(std::size_t(task) + 1, at);
     if (floor > release + offset) late_.push_back({at, floor});
     offset_.push_back(offset);
     bytes_.push_back(bytes);
@@ -503,18 +501,18 @@ class RunChanges {
   }
 
  private:
-  std::vector<std::uint32_t> first_;  // by task; a later task's first ends it
-  std::vector<Time> offset_;
-  std::vector<double> bytes_;
-  std::vector<std::uint8_t> category_;
+  ChunkedVector<std::uint32_t> first_;  // by task; a later task's first ends it
+  ChunkedVector<Time> offset_;
+  ChunkedVector<double> bytes_;
+  ChunkedVector<std::uint8_t> category_;
   std::vector<std::pair<std::uint32_t, Time>> late_;  // (change, floor), in change order
   struct Ref {
     std::span<const RunChange> changes;
     Time shift;
     const MemoryTracker::Block* block;  // the same changes summed up, or null
   };
-  std::vector<Ref> refs_;
-  std::vector<std::uint32_t> ref_of_;  // by task: 1 + its entry in refs_, 0: none
+  ChunkedVector<Ref> refs_;
+  ChunkedVector<std::uint32_t> ref_of_;  // by task: 1 + its entry in refs_, 0: none
 };
 
 // GPUs that provably behave alike. On the analytic network a GPU's timeline is fixed by its
@@ -1017,7 +1015,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     std::uint8_t track = 0;
     std::uint8_t comm = 0;
   };
-  std::vector<TaskInfo> info;
+  ChunkedVector<TaskInfo> info;
   std::vector<const Kernel*> kernel_of;  // by task, kept for the trace only (its kernels' names)
   std::vector<std::array<TaskId, 5>> last_on(nranks);  // last task + 1 on each of a rank's streams (0: none)
 
@@ -1105,7 +1103,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
                                   : ex.add(ranks[rank].streams[track], dur, deps);
     if (release > Time::zero()) ex.set_release(id, release);
     launch_next = nullptr;
-    info.resize(id + 1);
+    info.grow_to(id + 1, TaskInfo{});
     if (track == kCompute) deps_of.push(id, deps);
     info[id] = {rank, std::uint8_t(track), 0};
     if (cfg.keep_trace) {
@@ -1421,7 +1419,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     const auto occurrence = std::size_t(occurrences[rank][slot]++);
     if (occurrence == gb->by_occurrence.size()) {
       const TaskId t = ex.add(gb->stream, Time::zero(), {});
-      info.resize(t + 1);
+      info.grow_to(t + 1, TaskInfo{});
       info[t] = {rank, std::uint8_t(kBarrier), 0};
       barrier_list.emplace_back();
       barrier_list.back().task = t;
@@ -2309,20 +2307,88 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         const std::span<const Kernel> ks = x.kernels();
         return !ks.empty() && x.own.empty() && x.host_prologue_tensors == 0 &&
                (!gather_params || x.phase == Phase::optimizer || x.layer == cur_layer) &&
-               !(x.phase == Phase::backward && !x.grads_done.empty() && dp_cp > 1) &&
+               !(x.phase == Phase::backward && !x.grads_done.empty() && dp_cp > 1 && !gather_params) &&
                std::all_of(ks.begin(), ks.end(), [&](const Kernel& k) { return k.kind != KernelKind::collective || joins(r, k); });
+      };
+      // ZeRO-3 / FSDP: gather a layer's parameters before its first op (its first task waits for
+      // the gather: first_deps), release them after. Nothing where the item is not a layer's first.
+      auto gather_layer = [&](const PlanItem& item, std::vector<TaskId>& first_deps) {
+        if (!gather_params || item.phase == Phase::optimizer || item.layer == cur_layer || item.kernels().empty()) return;
+        if (started) {
+          seal(r);
+          layer_ends.push_back(last);
+        }
+        if (have_gather && (w.forward ? par.fsdp != FsdpMode::shard_grad_op : true)) {
+          // Reshard the previous layer.
+          mem_ops.push(last, {MemCategory::other, gathered_bytes}, true);
+        }
+        cur_layer = item.layer;
+        // (The experts' part over their own group: gathered from dp*cp / ep shards, or held
+        // whole where that group is one GPU.)
+        const double lpe = expert_groups ? ch.planner->layer_expert_params(item.layer) : 0.0;
+        const double lp = ch.planner->layer_params(item.layer) - lpe;
+        gathered_bytes = lp * dtype_bytes(gather_dtype) * (1.0 - (par.offload_params ? 0.0 : 1.0 / shard.params)) +
+                         lpe * dtype_bytes(gather_dtype) * (1.0 - (par.offload_params ? 0.0 : 1.0 / shard.expert_params));
+        const bool need = w.forward || regather_in_backward;
+        if (need && gathered_bytes > 0) {
+          double t = shard_time(CollectiveKind::all_gather, lp * dtype_bytes(gather_dtype), s);
+          // FSDP's MixedPrecision casts this rank's fp32 shard to the compute dtype on the
+          // all-gather stream before every gather.
+          const Dtype stored = tr.precision.param;
+          if (stored != gather_dtype && !par.offload_params)
+            t += cm.memory_time((lp / shard.params + lpe / shard.expert_params) * (dtype_bytes(stored) + dtype_bytes(gather_dtype)), false)
+                     .seconds();
+          std::vector<TaskId> gdeps;
+          if (started) gdeps.push_back(first);  // prefetch: once this pass has started
+          // FSDP's rate limiter (limit_all_gathers, on by default) keeps at most two layers'
+          // all-gathers ahead: this one waits until the layer two back has run (and been
+          // resharded). Unlimited, the gathers outran compute and held every layer at once.
+          if (layer_ends.size() >= 2) gdeps.push_back(layer_ends[layer_ends.size() - 2]);
+          // Offloaded parameters: this rank's shard crosses PCIe before the gather.
+          if (par.offload_params) {
+            const double h2d = (lp / gathered_shard_params + lpe / expert_share(gathered_shard_params)) * dtype_bytes(gather_dtype) /
+                               std::max(par.links.pcie_bandwidth, 1.0);
+            if (net) gdeps = {add_task(r, kDpComm, Time::from_seconds(h2d), gdeps, nullptr)};
+            else t += h2d;
+          }
+          dp_view = hybrid_groups ? 1 : 0;  // HYBRID_SHARD gathers inside its shard group
+          layer_gather = sync_task(r, kDpComm, Time::from_seconds(t), gdeps, nullptr, CommGroup::dp, CollectiveKind::all_gather,
+                                   lp * dtype_bytes(gather_dtype));
+          dp_view = 0;
+          if (q_of(r) == 0) res.dp_comm_total_s += t;
+          if (lpe > 0 && expert_dp > 1)
+            layer_gather = expert_dp_task(CollectiveKind::all_gather, lpe * dtype_bytes(gather_dtype), one(layer_gather));
+          mem_ops.push(layer_gather, {MemCategory::other, gathered_bytes}, false);
+          first_deps.push_back(layer_gather);
+          have_gather = true;
+        } else {
+          // SHARD_GRAD_OP keeps the forward's gathered layer until its backward has run, then
+          // reshards it.
+          have_gather = par.fsdp == FsdpMode::shard_grad_op && !w.forward && gathered_bytes > 0;
+        }
       };
       for (std::size_t idx = 0; idx < items.size(); ++idx) {
         const PlanItem& item = items[idx];
+        std::vector<TaskId> first_deps;
+        // Under FSDP a later layer's first item gathers first, so that the layer's items can still
+        // be a recorded stretch: its first task waits for the gather (a pass's first item stays a
+        // task of its own, below).
+        if (record_runs && started) gather_layer(item, first_deps);
         // (Under FSDP a pass's first kernel is a task of its own, which the next layer's gather
         // waits for: it is never recorded.)
+        // (A pass's first kernel under FSDP is a task of its own, also where the pass's first item
+        // had none: seal_after_kernel still set.)
         if (record_runs && !(runs[std::size_t(r)].open && last_on[r][kCompute] == runs[std::size_t(r)].task + 1) &&
-            (started || !gather_params) && keeps_to_run(item)) {
+            (started || !gather_params) && !seal_after_kernel && keeps_to_run(item)) {
           // A run opens here: replay its record, or emit it and record it.
           // (and which of its groups are in lock-step: their collectives join too)
           // (and which lock-steps its joining collectives leave standing)
           auto three = [](unsigned b) { return (b & 1u) | (b >> 3 & 1u) << 1 | (b >> 4 & 1u) << 2; };  // tp, cp, ep
-          unsigned mask = joining_groups(r) | (locksteps() ? (aligned[std::size_t(r)] & lockable(r)) << 8 : 0u);
+          // (A first task that waits, a gathering layer's, ends the rank's lock-steps as it opens:
+          // such a stretch is recorded apart from one that opens without waiting.)
+          if (!first_deps.empty()) aligned[std::size_t(r)] = 0;
+          unsigned mask = joining_groups(r) | (locksteps() ? (aligned[std::size_t(r)] & lockable(r)) << 8 : 0u) |
+                          (first_deps.empty() ? 0u : 1u << 27);
           if (pacing)
             mask |= (three(beside(r, CommGroup::tp)) | three(beside(r, CommGroup::cp)) << 3 | three(beside(r, CommGroup::ep)) << 6) << 16 |
                     (even(r) ? 1u << 25 : 0u);
@@ -2362,14 +2428,14 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           // unless a stretch of the same content was met before (the layers of a stage).
           if (seg == segments.end() && !like && seen_once.insert(key).second &&
               (std::get<0>(content) == 0 || tapes.contents_seen.insert(content).second)) {
-            g = emit(r, item, {}).first;
+            g = emit(r, item, first_deps).first;
             std::size_t j = idx + 1;
             for (; j < items.size() && keeps_to_run(items[j]); ++j) emit(r, items[j], {});
             idx = j - 1;
           } else if (seg != segments.end() || like) {
             const Segment& rec = like ? *like : seg->second;
             const Time launched = host0 + rec.first_launch;
-            g = add_task_span(r, kCompute, rec.first_dt, {}, &item.kernels()[0], launched);
+            g = add_task_span(r, kCompute, rec.first_dt, first_deps, &item.kernels()[0], launched);
             Run& run = runs[std::size_t(r)];
             run = Run{g, rec.busy, rec.floor + host0, true, rec.grown, rec.lead_on, rec.lead_slowdown, rec.lead_busy, rec.lead_floor + host0};
             for (const Segment::Waited& x : rec.waits)
@@ -2406,7 +2472,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
             rec.pin = pass_items;
             const std::size_t c0 = run_ops.size(), claims0 = claims.size(), waits0 = paced_waits.size();
             std::size_t j = idx;
-            g = emit(r, item, {}).first;
+            g = emit(r, item, first_deps).first;
             for (++j; j < items.size() && keeps_to_run(items[j]); ++j) emit(r, items[j], {});
             const Run& run = runs[std::size_t(r)];
             SCALEOUT_CHECK(run.open && run.task == g && last_on[r][kCompute] == g + 1, "a recorded run did not keep to itself");
@@ -2485,63 +2551,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
           last = g;
           continue;
         }
-        // ZeRO-3 / FSDP: gather a layer's parameters before its first op, release them after.
-        std::vector<TaskId> first_deps;
-        const bool compute_phase = item.phase != Phase::optimizer;
-        if (gather_params && compute_phase && item.layer != cur_layer && !item.kernels().empty()) {
-          if (started) {
-            seal(r);
-            layer_ends.push_back(last);
-          }
-          if (have_gather && (w.forward ? par.fsdp != FsdpMode::shard_grad_op : true)) {
-            // Reshard the previous layer.
-            mem_ops.push(last, {MemCategory::other, gathered_bytes}, true);
-          }
-          cur_layer = item.layer;
-          // (The experts' part over their own group: gathered from dp*cp / ep shards, or held
-          // whole where that group is one GPU.)
-          const double lpe = expert_groups ? ch.planner->layer_expert_params(item.layer) : 0.0;
-          const double lp = ch.planner->layer_params(item.layer) - lpe;
-          gathered_bytes = lp * dtype_bytes(gather_dtype) * (1.0 - (par.offload_params ? 0.0 : 1.0 / shard.params)) +
-                           lpe * dtype_bytes(gather_dtype) * (1.0 - (par.offload_params ? 0.0 : 1.0 / shard.expert_params));
-          const bool need = w.forward || regather_in_backward;
-          if (need && gathered_bytes > 0) {
-            double t = shard_time(CollectiveKind::all_gather, lp * dtype_bytes(gather_dtype), s);
-            // FSDP's MixedPrecision casts this rank's fp32 shard to the compute dtype on the
-            // all-gather stream before every gather.
-            const Dtype stored = tr.precision.param;
-            if (stored != gather_dtype && !par.offload_params)
-              t += cm.memory_time((lp / shard.params + lpe / shard.expert_params) * (dtype_bytes(stored) + dtype_bytes(gather_dtype)), false)
-                       .seconds();
-            std::vector<TaskId> gdeps;
-            if (started) gdeps.push_back(first);  // prefetch: once this pass has started
-            // FSDP's rate limiter (limit_all_gathers, on by default) keeps at most two layers'
-            // all-gathers ahead: this one waits until the layer two back has run (and been
-            // resharded). Unlimited, the gathers outran compute and held every layer at once.
-            if (layer_ends.size() >= 2) gdeps.push_back(layer_ends[layer_ends.size() - 2]);
-            // Offloaded parameters: this rank's shard crosses PCIe before the gather.
-            if (par.offload_params) {
-              const double h2d = (lp / gathered_shard_params + lpe / expert_share(gathered_shard_params)) * dtype_bytes(gather_dtype) /
-                                 std::max(par.links.pcie_bandwidth, 1.0);
-              if (net) gdeps = {add_task(r, kDpComm, Time::from_seconds(h2d), gdeps, nullptr)};
-              else t += h2d;
-            }
-            dp_view = hybrid_groups ? 1 : 0;  // HYBRID_SHARD gathers inside its shard group
-            layer_gather = sync_task(r, kDpComm, Time::from_seconds(t), gdeps, nullptr, CommGroup::dp, CollectiveKind::all_gather,
-                                     lp * dtype_bytes(gather_dtype));
-            dp_view = 0;
-            if (q_of(r) == 0) res.dp_comm_total_s += t;
-            if (lpe > 0 && expert_dp > 1)
-              layer_gather = expert_dp_task(CollectiveKind::all_gather, lpe * dtype_bytes(gather_dtype), one(layer_gather));
-            mem_ops.push(layer_gather, {MemCategory::other, gathered_bytes}, false);
-            first_deps.push_back(layer_gather);
-            have_gather = true;
-          } else {
-            // SHARD_GRAD_OP keeps the forward's gathered layer until its backward has run, then
-            // reshards it.
-            have_gather = par.fsdp == FsdpMode::shard_grad_op && !w.forward && gathered_bytes > 0;
-          }
-        }
+        // ZeRO-3 / FSDP: a layer's gather (if not done above).
+        gather_layer(item, first_deps);
         if (!started) {
           // The pipeline neighbour's activation (forward) or gradient (backward).
           first_deps.insert(first_deps.end(), pending_first.begin(), pending_first.end());
