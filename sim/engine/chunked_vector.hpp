@@ -36,13 +36,21 @@ class ChunkedVector {
   ChunkedVector() = default;
   ChunkedVector(const ChunkedVector&) = delete;
   ChunkedVector& operator=(const ChunkedVector&) = delete;
-  ChunkedVector(ChunkedVector&& o) noexcept : chunks_(std::move(o.chunks_)), size_(std::exchange(o.size_, 0)) { o.chunks_.clear(); }
+  ChunkedVector(ChunkedVector&& o) noexcept
+      : chunks_(std::move(o.chunks_)),
+        size_(std::exchange(o.size_, 0)),
+        end_(std::exchange(o.end_, nullptr)),
+        chunk_end_(std::exchange(o.chunk_end_, nullptr)) {
+    o.chunks_.clear();
+  }
   ChunkedVector& operator=(ChunkedVector&& o) noexcept {
     if (this != &o) {
       clear();
       chunks_ = std::move(o.chunks_);
       o.chunks_.clear();
       size_ = std::exchange(o.size_, 0);
+      end_ = std::exchange(o.end_, nullptr);
+      chunk_end_ = std::exchange(o.chunk_end_, nullptr);
     }
     return *this;
   }
@@ -52,14 +60,19 @@ class ChunkedVector {
   bool empty() const { return size_ == 0; }
   T& operator[](std::size_t i) { return chunks_[i >> kShift][i & kMask]; }
   const T& operator[](std::size_t i) const { return chunks_[i >> kShift][i & kMask]; }
-  T& back() { return (*this)[size_ - 1]; }
-  const T& back() const { return (*this)[size_ - 1]; }
+  T& back() { return end_[-1]; }
+  const T& back() const { return end_[-1]; }
 
   template <class... A>
   T& emplace_back(A&&... a) {
-    if ((size_ >> kShift) == chunks_.size()) chunks_.push_back(static_cast<T*>(::operator new(kPerChunk * sizeof(T), kAlign)));
-    T* p = chunks_[size_ >> kShift] + (size_ & kMask);
-    ::new (static_cast<void*>(p)) T(std::forward<A>(a)...);
+    if (end_ == chunk_end_) {
+      // (A chunk is taken when its first element comes: end_ - 1 is always the last element.)
+      end_ = static_cast<T*>(::operator new(kPerChunk * sizeof(T), kAlign));
+      chunks_.push_back(end_);
+      chunk_end_ = end_ + kPerChunk;
+    }
+    T* p = ::new (static_cast<void*>(end_)) T(std::forward<A>(a)...);
+    ++end_;
     ++size_;
     return *p;
   }
@@ -78,11 +91,14 @@ class ChunkedVector {
     for (T* c : chunks_) ::operator delete(c, kAlign);
     chunks_.clear();
     size_ = 0;
+    end_ = chunk_end_ = nullptr;
   }
 
  private:
   std::vector<T*> chunks_;
   std::size_t size_ = 0;
+  T* end_ = nullptr;        // past the last element, in the last chunk
+  T* chunk_end_ = nullptr;  // the last chunk's end
 };
 
 }  // namespace scaleout

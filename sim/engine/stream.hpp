@@ -106,8 +106,8 @@ class StreamExecutor {
   void try_start(StreamId s);
 
   Simulator& sim_;
-  ChunkedVector<Task> tasks_;
-  ChunkedVector<Edge> edges_;
+  std::vector<Task> tasks_;
+  std::vector<Edge> edges_;
   std::vector<Stream> streams_;
   ChunkedVector<Launcher> launchers_;
   std::vector<Hook> on_start_, on_finish_;

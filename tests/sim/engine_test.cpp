@@ -2,9 +2,12 @@
 // cross-stream dependencies.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "sim/engine/chunked_vector.hpp"
 #include "sim/engine/simulator.hpp"
 #include "sim/engine/stream.hpp"
 
@@ -186,4 +189,39 @@ TEST_CASE("a dependency on a later task, and a cycle leaves tasks unfinished", "
   cyc.start();
   sim2.run();
   CHECK_FALSE(cyc.all_finished());
+}
+
+TEST_CASE("a chunked vector keeps its elements in place across chunks, and gives them back", "[sim]") {
+  using V = ChunkedVector<std::uint32_t>;
+  STATIC_REQUIRE(V::kPerChunk * sizeof(std::uint32_t) <= V::kChunkBytes);
+  V v;
+  v.reserve(3 * V::kPerChunk);
+  for (std::uint32_t i = 0; i < 3 * V::kPerChunk + 5; ++i) v.push_back(i * 7u);
+  const std::uint32_t* first = &v[0];
+  v.push_back(1);  // a new element moves none of the others
+  CHECK(&v[0] == first);
+  REQUIRE(v.size() == 3 * V::kPerChunk + 6);
+  bool all = true;
+  for (std::uint32_t i = 0; i < 3 * V::kPerChunk + 5; ++i) all = all && v[i] == i * 7u;
+  CHECK(all);
+  CHECK(v.back() == 1u);
+  CHECK(reinterpret_cast<std::uintptr_t>(&v[V::kPerChunk]) % 64 == 0);  // a chunk starts on a cache line
+  v.grow_to(v.size() + 2, 9u);
+  CHECK(v[v.size() - 2] == 9u);
+  v.grow_to(3, 0u);  // never shrinks
+  CHECK(v.size() == 3 * V::kPerChunk + 8);
+  V w = std::move(v);
+  CHECK(v.empty());
+  CHECK(w[V::kPerChunk + 1] == (V::kPerChunk + 1) * 7u);
+  // Elements with destructors are destroyed on clear (and by the destructor).
+  auto token = std::make_shared<int>(0);
+  {
+    ChunkedVector<std::shared_ptr<int>> owners;
+    for (int i = 0; i < 5000; ++i) owners.push_back(token);
+    CHECK(token.use_count() == 5001);
+    owners.clear();
+    CHECK(token.use_count() == 1);
+    owners.emplace_back(token);
+  }
+  CHECK(token.use_count() == 1);
 }
