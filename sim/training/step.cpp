@@ -1313,13 +1313,13 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     const std::shared_ptr<const CollectiveBatch>* batch = nullptr;
     std::uint32_t first = 0, count = 0, expected = 0;
   };
-  std::vector<TaskId> waiting_pool;
+  ChunkedVector<TaskId> waiting_pool;
   // What a barrier's launcher needs besides its barrier. The launcher captures two pointers (the
   // barrier and flow_run), which std::function keeps in place (up to 16 trivially copied bytes).
   struct FlowRun {
     FlowNetwork* net;
     StreamExecutor* ex;
-    std::vector<TaskId>* waiting;
+    ChunkedVector<TaskId>* waiting;
   };
   FlowRun flow_run{net.get(), &ex, &waiting_pool};
   struct Barrier {
@@ -1327,14 +1327,14 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     std::uint32_t first = kNoArrival, last = kNoArrival;  // its arrivals, in order
     BarrierFlow* flow = nullptr;
   };
-  std::vector<Barrier> barrier_list;
-  std::vector<Arrival> arrival_pool;
-  std::vector<TaskId> after_pool;
+  ChunkedVector<Barrier> barrier_list;
+  ChunkedVector<Arrival> arrival_pool;
+  ChunkedVector<TaskId> after_pool;
   std::deque<BarrierFlow> barrier_flows;  // never moves: launchers point into it
   auto arrivals_of = [&](const Barrier& bar, auto&& f) {
     for (std::uint32_t a = bar.first; a != kNoArrival; a = arrival_pool[a].next) f(arrival_pool[a]);
   };
-  std::vector<std::uint32_t> barrier_of_task;  // barrier task -> its index + 1
+  ChunkedVector<std::uint32_t> barrier_of_task;  // barrier task -> its index + 1
   struct GroupBarriers {
     StreamId stream = 0;
     std::vector<std::uint32_t> by_occurrence;  // indices into barrier_list
@@ -1424,13 +1424,13 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       barrier_list.emplace_back();
       barrier_list.back().task = t;
       gb->by_occurrence.push_back(std::uint32_t(barrier_list.size() - 1));
-      if (barrier_of_task.size() <= t) barrier_of_task.resize(std::size_t(t) + 1, 0);
+      barrier_of_task.grow_to(std::size_t(t) + 1, 0);
       barrier_of_task[t] = std::uint32_t(barrier_list.size());
     }
     Barrier& bar = barrier_list[gb->by_occurrence[occurrence]];
     const TaskId b = bar.task;
     const auto after_begin = static_cast<std::uint32_t>(after_pool.size());
-    after_pool.insert(after_pool.end(), deps.begin(), deps.end());
+    for (const TaskId d : deps) after_pool.push_back(d);
     if (last_on[rank][track] > 0) after_pool.push_back(last_on[rank][track] - 1);
     for (std::size_t i = after_begin; i < after_pool.size(); ++i) ex.add_dependency(b, after_pool[i]);
     if (release > ex.release(b)) ex.set_release(b, release);
@@ -1455,7 +1455,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         fl.expected = std::uint32_t(gb->expected);
         SCALEOUT_CHECK(waiting_pool.size() + fl.expected < 0xffffffffu, "flow barriers' pool past 2^32 slots");
         fl.first = std::uint32_t(waiting_pool.size());
-        waiting_pool.resize(waiting_pool.size() + fl.expected);
+        waiting_pool.grow_to(waiting_pool.size() + fl.expected, 0);
         const std::vector<int>& key = gb->reps;
         auto& batch = gb->batches[{int(kind), bytes}];
         if (!batch) {
@@ -1652,7 +1652,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     Time busy, floor, lead_busy, lead_floor;  // in the run, before the collective: the member's, its lead's
     Time launched;                             // the collective's launch
   };
-  std::vector<PacedWait> paced_waits;
+  ChunkedVector<PacedWait> paced_waits;
   // Whether a collective kernel's length is its flows' on the network: not a group of one, nor one
   // overlapped with its GEMM (tp_comm_overlap), which lasts what the GEMM leaves exposed.
   auto flows_of = [&](const Kernel& k) { return net && group_size(k.group) > 1 && k.overlaps == 0; };
@@ -1701,7 +1701,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     std::int32_t pass;
     Time host0;
   };
-  std::vector<ClaimRun> claim_runs;
+  ChunkedVector<ClaimRun> claim_runs;
   // f(claim) for every claim, in the order made.
   auto for_each_claim = [&](auto&& f) {
     std::size_t k = 0;
@@ -2812,7 +2812,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   run_ops.release();
   ex.release_launchers();
   barrier_flows.clear();  // (Barrier::flow points into it: not read past here)
-  std::vector<TaskId>().swap(waiting_pool);
+  waiting_pool.clear();
   if (!skews.empty()) {
     // Split each class by how its GPUs' collectives ended (which batch, how far apart), refine
     // through the plan's groups and pipeline neighbours again, and simulate once more.
@@ -3025,7 +3025,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       res.waited_for_rank = global_rank(last_rank);
     }
   };
-  for (Barrier& bar : barrier_list) {
+  for (std::size_t bi = 0; bi < barrier_list.size(); ++bi) {
+    const Barrier& bar = barrier_list[bi];
     const TaskId b = bar.task;
     Time last = Time::zero();
     int last_rank = 0;
@@ -3107,7 +3108,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   // counted as the lead's. Told as a barrier would: the gap from its last kernel to the collective
   // is a peer wait if it was ready (kernels done, collective launched) before the lead, else the
   // host's; the wait in the collective runs from when it was ready.
-  for (const PacedWait& w : paced_waits) {
+  for (std::size_t wi = 0; wi < paced_waits.size(); ++wi) {
+    const PacedWait& w = paced_waits[wi];
     const Time start = ex.start_time(w.task);
     const Time done = max(start + w.busy, w.floor), mine = max(done, w.launched);
     const Time lead = max(max(start + w.lead_busy, w.lead_floor), w.launched);
