@@ -1,6 +1,7 @@
 #pragma once
-// A growing array kept in chunks of 64 KiB, for the step graph's per-task arrays (tasks, their
-// dependencies, memory changes). A std::vector reserved for an estimate of the tasks (the
+// A growing array kept in chunks of 64 KiB, for the step graph's per-task arrays (task info,
+// dependency and memory-change lists, launchers, barrier pools; the executor's tasks and edges,
+// the hottest lookups, stay vectors). A std::vector reserved for an estimate of the tasks (the
 // estimate counts every kernel; runs of kernels leave a tenth of them as tasks) keeps each array
 // apart from the others by its unused room, and with transparent huge pages every array's last
 // touched 2 MiB page is zeroed whole: on a 64-GPU step, 31 MB of arrays touched 35 huge pages

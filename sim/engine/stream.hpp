@@ -27,8 +27,8 @@ class StreamExecutor {
   explicit StreamExecutor(Simulator& sim) : sim_(sim) {}
 
   StreamId add_stream();
-  // Room in the chunk tables for this many tasks (and about as many dependencies); the arrays
-  // themselves grow a chunk at a time (ChunkedVector).
+  // Room for this many tasks and about as many dependencies (the launchers, a ChunkedVector,
+  // take room in their chunk table only).
   void reserve(std::size_t tasks) {
     tasks_.reserve(tasks);
     edges_.reserve(tasks + tasks / 2);

@@ -235,7 +235,8 @@ struct Segment {
 // runs (a rank of the same stage whose group waits for other ranks syncs where this one did not).
 // On the flow network a joining collective's length is its own group's (where the group sits in
 // the cluster): records are then the rank's own.
-// And the slowdown of the lead it starts paced by (0: none).
+// And the slowdown of the lead it starts paced by (0: none). (Mask bit 27: the stretch's first
+// task waits for something, an FSDP layer's gather.)
 using SegmentKey = std::tuple<const PlanItem*, double, unsigned, int, double>;
 // A stretch emits the same tasks wherever its items have the same content (every layer's ops
 // alike): records are also found by their first item's content (and the same slowdown, joins and
@@ -1809,8 +1810,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   TaskMemOps mem_ops;
   if (!cfg.track_memory) mem_ops.turn_off();
   {
-    // Room for the tasks up front (a compute task per kernel of every pass, plus transfers):
-    // growing these arrays task by task copied them over and over.
+    // Room for the tasks up front (a compute task per kernel of every pass, plus transfers): the
+    // executor's arrays are vectors, which growing task by task copied over and over; the chunked
+    // ones (ChunkedVector) take room in their chunk tables only.
     std::size_t kernels = 0, collectives = 0;
     for (const RankState& rs : ranks)
       for (const Chunk& ch : rs.chunks)
@@ -2035,7 +2037,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   };
 
   // Every micro-batch's pass hands out the same plan items, and a run of kernels that opens at an
-  // item and keeps to itself (no collective, no gradient bucket, no FSDP gather) grows the same
+  // item and keeps to itself (no collective but those that join it, no gradient bucket, no FSDP
+  // gather past its first task, which may wait for its layer's gather) grows the same
   // way each time: its tasks, durations, host clock and memory changes are a function of the items
   // and the GPU's slowdown, shifted by the host clock where it opens. The first such stretch of
   // items is emitted kernel by kernel and recorded; later ones are replayed from the record.
@@ -2371,22 +2374,23 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         const PlanItem& item = items[idx];
         std::vector<TaskId> first_deps;
         // Under FSDP a later layer's first item gathers first, so that the layer's items can still
-        // be a recorded stretch: its first task waits for the gather (a pass's first item stays a
-        // task of its own, below).
+        // be a recorded stretch: its first task waits for the gather. A first task that waits ends
+        // the rank's lock-steps as it opens (emit): ended here already, before keeps_to_run asks
+        // which collectives join.
         if (record_runs && started) gather_layer(item, first_deps);
+        if (!first_deps.empty()) aligned[std::size_t(r)] = 0;
         // (Under FSDP a pass's first kernel is a task of its own, which the next layer's gather
-        // waits for: it is never recorded.)
-        // (A pass's first kernel under FSDP is a task of its own, also where the pass's first item
-        // had none: seal_after_kernel still set.)
+        // waits for: it is never recorded. Where the pass's first item had no kernels,
+        // seal_after_kernel is still set: that item's successor takes the path below, which
+        // clears it.)
         if (record_runs && !(runs[std::size_t(r)].open && last_on[r][kCompute] == runs[std::size_t(r)].task + 1) &&
             (started || !gather_params) && !seal_after_kernel && keeps_to_run(item)) {
           // A run opens here: replay its record, or emit it and record it.
           // (and which of its groups are in lock-step: their collectives join too)
           // (and which lock-steps its joining collectives leave standing)
           auto three = [](unsigned b) { return (b & 1u) | (b >> 3 & 1u) << 1 | (b >> 4 & 1u) << 2; };  // tp, cp, ep
-          // (A first task that waits, a gathering layer's, ends the rank's lock-steps as it opens:
-          // such a stretch is recorded apart from one that opens without waiting.)
-          if (!first_deps.empty()) aligned[std::size_t(r)] = 0;
+          // (A stretch whose first task waits, a gathering layer's, is recorded apart from one that
+          // opens without waiting.)
           unsigned mask = joining_groups(r) | (locksteps() ? (aligned[std::size_t(r)] & lockable(r)) << 8 : 0u) |
                           (first_deps.empty() ? 0u : 1u << 27);
           if (pacing)
