@@ -218,6 +218,14 @@ void FlowNetwork::solve() {
       for (LinkId l : flow_links_[f])
         if (link_stamp_[l] != epoch_) {
           link_stamp_[l] = epoch_;
+          // A link that f alone crosses leads to no other flow, and bounds f only (a cap, below):
+          // it is marked so and not visited. Most hops of a ring's path are such links (a ring
+          // over 32 GPUs: about 100 of them), and visiting each was a quarter of a flow step's
+          // instructions where the ring shared a few hops with short TP flows.
+          if (on_link_[l].size() == 1) {
+            solo_stamp_[l] = epoch_;
+            continue;
+          }
           comp_links_.push_back(l);
         }
     }
@@ -368,6 +376,12 @@ void FlowNetwork::drained(std::uint32_t s, std::uint32_t gen) {
   f.rate = 0;
   for (LinkId l : flow_links_[s]) {
     auto& v = on_link_[l];
+    if (v.size() == 1) {
+      // Its own hop (most of a ring's path): left empty, with nothing there to solve again.
+      SCALEOUT_CHECK(v.front() == s, "flow network: flow missing from its link");
+      v.pop_back();
+      continue;
+    }
     const auto it = std::find(v.begin(), v.end(), s);
     SCALEOUT_CHECK(it != v.end(), "flow network: flow missing from its link");
     *it = v.back();
