@@ -2726,14 +2726,19 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       }
     }
   }
+  // `task` also waits for `dep`, added after both were built (dependencies are listed for compute
+  // tasks only, the ones the attribution reads).
+  auto add_dependency = [&](TaskId task, TaskId dep) {
+    ex.add_dependency(task, dep);
+    if (info[task].track == kCompute) deps_of.push(task, dep);
+  };
   // Pipeline dependencies: each pass waits for its neighbour's send.
   for (int r = 0; r < nranks; ++r)
     for (const auto& [key, span] : ranks[r].spans) {
       const auto [fwd, c, mb] = key;
       auto it = sends.find({r, fwd, c, mb});
       if (it != sends.end()) {
-        ex.add_dependency(span.first, it->second);
-        if (info[span.first].track == kCompute) deps_of.push(span.first, it->second);
+        add_dependency(span.first, it->second);
       }
     }
 
@@ -2767,13 +2772,11 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         const RankState::Pass& q = ps[std::size_t(prev_last)];
         TaskId post = q.last;
         if (v == 1 && (i <= warm || i >= n - warm) && q.sends) post = q.send;  // separate calls
-        ex.add_dependency(it->second, post);
-        if (info[it->second].track == kCompute) deps_of.push(it->second, post);
+        add_dependency(it->second, post);
         // The step starts when every receive of the call has completed.
         const TaskId gate = ps[std::size_t(step_start[std::size_t(t)])].first;
         if (gate != p.first) {
-          ex.add_dependency(gate, it->second);
-          if (info[gate].track == kCompute) deps_of.push(gate, it->second);
+          add_dependency(gate, it->second);
         }
       }
     }
