@@ -62,6 +62,11 @@ struct StepConfig {
   // torch's allocator), and the caching allocator's fragmentation, as a fraction of the peak.
   double context_reserve_bytes = 0.5 * kGiB;
   double fragmentation = 0.03;
+  // The plan search's screen: a step whose persistent state alone (weights, gradient buffers and
+  // optimizer state, as the step allocates them before its first kernel) needs more than the GPU
+  // holds cannot fit whatever its activations do, and is not simulated (the result says so:
+  // StepResult::state_outgrows_memory, its peak that state, no times).
+  bool screen_state = false;
 };
 
 struct TraceSpan {
@@ -98,6 +103,9 @@ struct StepResult {
   double peer_wait_exposed_s = 0;  // of it, what left rank 0's compute stream idle
   double max_peer_wait_s = 0;
   std::int64_t waited_for_rank = -1;
+  // screen_state: the step was not simulated, as its persistent state alone does not fit
+  // (peak_bytes, required_bytes and fits say by how much; every time is zero).
+  bool state_outgrows_memory = false;
   // A wait longer than the NCCL timeout: the watchdog aborts the job; the step never completes.
   bool failed = false;
   std::string failure;

@@ -9,7 +9,7 @@ cat >"$tmp/s.json" <<'JSON'
  "training": {"seq_len": 1024, "micro_batch": 4, "global_batch": 32, "precision": "bf16-mixed"},
  "parallelism": {"dp": 4}}
 JSON
-expect 0 "plans simulated" -- "$bin" plan "$tmp/s.json" --top 3
+expect 0 "plans searched, [0-9]+ simulated" -- "$bin" plan "$tmp/s.json" --top 3
 expect 0 "^1 +4 +dp" -- "$bin" plan "$tmp/s.json" --top 1
 expect 0 "one GPU +fits" -- "$bin" plan "$tmp/s.json" --tokens 1e9 --price 2
 expect 2 "/training/micro_batchx: unknown key" -- "$bin" plan "$tmp/s.json" --set training.micro_batchx=1

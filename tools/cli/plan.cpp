@@ -192,7 +192,7 @@ void simulate_all(std::vector<Candidate>& cands, int jobs, double tokens, double
       for (std::size_t i = next++; i < cands.size(); i = next++) {
         Candidate& c = cands[i];
         try {
-          c.r = simulate_scenario(c.s);
+          c.r = simulate_candidate(c.s);
         } catch (const std::exception&) {
           c.r = StepResult{};  // a plan the scenario's other settings rule out (e.g. a fault on a missing node)
           c.r.fits = false;
@@ -218,6 +218,7 @@ struct SearchResult {
   std::vector<Candidate> all;
   std::vector<const Candidate*> ranked;  // fitting and on time, best first
   std::size_t no_fit = 0, late = 0;
+  std::size_t state_only = 0;  // of no_fit: their persistent state alone outgrows the GPU (not simulated)
 };
 
 SearchResult search(const Scenario& base, const std::vector<std::int64_t>& counts, Objective obj, double tokens, double price,
@@ -227,6 +228,7 @@ SearchResult search(const Scenario& base, const std::vector<std::int64_t>& count
     for (Scenario& s : enumerate(base, g)) sr.all.push_back({std::move(s), {}, "", 0, 0});
   simulate_all(sr.all, jobs, tokens, price);
   for (const auto& c : sr.all) {
+    if (c.r.state_outgrows_memory) ++sr.state_only;
     if (!c.r.fits) ++sr.no_fit;
     else if (deadline > 0 && !(c.train_s > 0 && c.train_s <= deadline)) ++sr.late;
     else sr.ranked.push_back(&c);
@@ -287,15 +289,17 @@ void plan_command(const PlanOptions& o) {
     if (r1.fits) one["tokens_per_s"] = r1.tokens_per_s;
     if (r1.fits && t1 > 0) one["time_to_train_s"] = t1;
     Json out = {{"model", base.model.name}, {"gpu", base.gpu.name}, {"objective", o.objective}, {"gpu_counts", counts},
-                {"simulated", sr.all.size()}, {"do_not_fit", sr.no_fit}, {"miss_deadline", sr.late},
+                {"searched", sr.all.size()}, {"simulated", sr.all.size() - sr.state_only}, {"do_not_fit", sr.no_fit},
+                {"do_not_fit_by_state", sr.state_only}, {"miss_deadline", sr.late},
                 {"one_gpu", one}, {"plans", plans}};
     if (deadline > 0) out["deadline_s"] = deadline;
     std::cout << out.dump(2) << "\n";
     return;
   }
-  std::printf("plan       %s on %s x %s: %zu plans simulated, %zu do not fit", base.model.name.c_str(),
+  std::printf("plan       %s on %s x %s: %zu plans searched, %zu simulated, %zu do not fit", base.model.name.c_str(),
               counts.size() == 1 ? std::to_string(budget).c_str() : (std::to_string(counts.front()) + ".." + std::to_string(budget)).c_str(),
-              base.gpu.name.c_str(), sr.all.size(), sr.no_fit);
+              base.gpu.name.c_str(), sr.all.size(), sr.all.size() - sr.state_only, sr.no_fit);
+  if (sr.state_only > 0) std::printf(" (%zu on their weights, gradients and optimizer state alone)", sr.state_only);
   if (deadline > 0) std::printf(", %zu miss the %s deadline", sr.late, duration(deadline).c_str());
   std::printf(", %zu ranked by %s\n", sr.ranked.size(), o.objective.c_str());
   // Would one GPU do? (the seed article's first question, with numbers)

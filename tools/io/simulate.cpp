@@ -91,9 +91,8 @@ StepConfig step_config(const Scenario& s) {
   return cfg;
 }
 
-StepResult simulate_scenario(const Scenario& s, bool keep_trace) {
-  StepConfig cfg = step_config(s);
-  cfg.keep_trace = keep_trace;
+namespace {
+StepResult simulate_config(const Scenario& s, StepConfig cfg) {
   // Bound the work: each simulated micro-batch builds tens of tasks per layer on every stage.
   if (!cfg.fold && s.gpus() > 65536)
     throw InputError(s.file, "/simulation/fold", "\"off\" simulates every one of the " + std::to_string(s.gpus()) +
@@ -109,6 +108,19 @@ StepResult simulate_scenario(const Scenario& s, bool keep_trace) {
                                                    "at most 4e6)" +
                                                    (cfg.extrapolate ? std::string() : std::string("; simulation.extrapolate \"on\" simulates a few windows of a long accumulation")));
   return simulate_step(cfg);
+}
+}  // namespace
+
+StepResult simulate_scenario(const Scenario& s, bool keep_trace) {
+  StepConfig cfg = step_config(s);
+  cfg.keep_trace = keep_trace;
+  return simulate_config(s, std::move(cfg));
+}
+
+StepResult simulate_candidate(const Scenario& s) {
+  StepConfig cfg = step_config(s);
+  cfg.screen_state = true;
+  return simulate_config(s, std::move(cfg));
 }
 
 Scenario on_one_gpu(const Scenario& s) {

@@ -13,6 +13,9 @@ namespace scaleout {
 
 StepConfig step_config(const Scenario& s);
 StepResult simulate_scenario(const Scenario& s, bool keep_trace = false);
+// The plan search's: a plan whose persistent state alone outgrows the GPU is not simulated
+// (StepConfig::screen_state).
+StepResult simulate_candidate(const Scenario& s);
 // The scenario's job on one healthy GPU: no parallelism, no faults.
 Scenario on_one_gpu(const Scenario& s);
 // The one-GPU step's times at 1 and 2 micro-batches, from which the baseline extends to any
