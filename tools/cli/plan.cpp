@@ -27,7 +27,7 @@ struct PlanOptions {
   double price = 0;           // dollars per GPU-hour
   std::string deadline;       // a duration: plans that would take longer are rejected
   int top = 5;
-  int jobs = 2;
+  int jobs = 0;  // 0: every hardware thread
   std::string format = "text";
 };
 
@@ -187,7 +187,8 @@ std::vector<std::int64_t> gpu_counts(std::int64_t min, std::int64_t budget) {
 void simulate_all(std::vector<Candidate>& cands, int jobs, double tokens, double price) {
   std::atomic<std::size_t> next{0};
   std::vector<std::thread> pool;
-  for (int j = 0; j < std::max(1, jobs); ++j)
+  const int threads = jobs > 0 ? jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  for (int j = 0; j < std::min<int>(threads, int(std::max<std::size_t>(1, cands.size()))); ++j)
     pool.emplace_back([&] {
       for (std::size_t i = next++; i < cands.size(); i = next++) {
         Candidate& c = cands[i];
@@ -353,7 +354,7 @@ struct AdviseOptions {
   std::string deadline;
   double price = 0;
   std::int64_t max_gpus = 64;
-  int jobs = 2;
+  int jobs = 0;  // 0: every hardware thread
 };
 
 struct Recipe {
@@ -515,7 +516,7 @@ void register_plan_command(CLI::App& app) {
   plan->add_option("--price", o->price, "Dollars per GPU-hour, for cost");
   plan->add_option("--deadline", o->deadline, "Reject plans that take longer to train --tokens, e.g. \"36 h\" or \"14 d\"");
   plan->add_option("--top", o->top, "Plans to show")->default_val(5);
-  plan->add_option("--jobs", o->jobs, "Simulations in parallel")->default_val(2);
+  plan->add_option("--jobs", o->jobs, "Simulations in parallel (default: every hardware thread)")->check(CLI::Range(0, 4096));
   plan->add_option("--format", o->format, "text or json")->default_val("text");
   plan->callback([o] { plan_command(*o); });
 
@@ -527,7 +528,7 @@ void register_plan_command(CLI::App& app) {
   adv->add_option("--deadline", a->deadline, "How soon it must be done, e.g. \"2 h\" or \"14 d\"");
   adv->add_option("--price", a->price, "Dollars per GPU-hour");
   adv->add_option("--max-gpus", a->max_gpus, "Largest cluster to consider")->default_val(64);
-  adv->add_option("--jobs", a->jobs, "Simulations in parallel")->default_val(2);
+  adv->add_option("--jobs", a->jobs, "Simulations in parallel (default: every hardware thread)")->check(CLI::Range(0, 4096));
   adv->callback([a] { advise_command(*a); });
 }
 
