@@ -2909,15 +2909,19 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     // The intervals of the groups whose links others' claims share (sharing is mutual: exactly
     // the groups another group's claims are checked against).
     auto start_of = [&ex](const Claim& c) { return max(ex.start_time(c.task) + c.offset, c.floor); };
-    std::vector<std::size_t> claimed_by(n, 0);
-    for_each_claim([&](const Claim& c) { claimed_by[c.who] += c.dt > Time::zero() && !sharers[c.who].empty() ? 1 : 0; });
+    // (A step's replayed runs spell out a million claims and more: where no group shares a link
+    // with another's, neither pass below keeps any, and neither is made.)
     std::vector<std::vector<std::pair<Time, Time>>> held(n);
-    for (std::uint32_t w = 0; w < n; ++w) held[w].reserve(claimed_by[w]);
-    for_each_claim([&](const Claim& c) {
-      if (c.dt <= Time::zero() || sharers[c.who].empty()) return;
-      const Time at = start_of(c);
-      held[c.who].emplace_back(at, at + c.dt);
-    });
+    if (std::any_of(sharers.begin(), sharers.end(), [](const auto& s) { return !s.empty(); })) {
+      std::vector<std::size_t> claimed_by(n, 0);
+      for_each_claim([&](const Claim& c) { claimed_by[c.who] += c.dt > Time::zero() && !sharers[c.who].empty() ? 1 : 0; });
+      for (std::uint32_t w = 0; w < n; ++w) held[w].reserve(claimed_by[w]);
+      for_each_claim([&](const Claim& c) {
+        if (c.dt <= Time::zero() || sharers[c.who].empty()) return;
+        const Time at = start_of(c);
+        held[c.who].emplace_back(at, at + c.dt);
+      });
+    }
     // Intervals sorted by start, with a running maximum of their ends: a claim [a, b) meets them
     // iff some interval that starts before b reaches past a.
     struct Sorted {
