@@ -14,7 +14,7 @@ expect 0 "^1 +4 +dp" -- "$bin" plan "$tmp/s.json" --top 1
 expect 0 "one GPU +fits" -- "$bin" plan "$tmp/s.json" --tokens 1e9 --price 2
 expect 2 "/training/micro_batchx: unknown key" -- "$bin" plan "$tmp/s.json" --set training.micro_batchx=1
 expect 2 "--gpus: expected 1 to 65536" -- "$bin" plan "$tmp/s.json" --gpus 100000
-expect 2 "--jobs: Value -1 not in range 0 to 4096" -- "$bin" plan "$tmp/s.json" --jobs -1
+expect 2 "--jobs: Value -1 not in range 1 to 4096" -- "$bin" plan "$tmp/s.json" --jobs -1
 # Objectives, GPU counts and deadlines.
 expect 0 "ranked by cost" -- "$bin" plan "$tmp/s.json" --objective cost --tokens 1e9 --price 2 --top 2
 expect 0 "miss the .* deadline" -- "$bin" plan "$tmp/s.json" --tokens 1e10 --deadline "3 h"
