@@ -52,6 +52,10 @@ std::int64_t group_stride(const ParallelPlan& p, CommGroup g) {
 
 std::int64_t stage_rank(const ParallelPlan& p, std::int64_t stage) { return stage * group_stride(p, CommGroup::pp); }
 
+// What a peak of tensors needs of the GPU: the peak, the allocator's fragmentation on it, and the
+// context's reserve (the plan search's screen and every step's verdict: one formula).
+double required_bytes_of(const StepConfig& cfg, double peak) { return peak * (1.0 + cfg.fragmentation) + cfg.context_reserve_bytes; }
+
 // A group of `size` ranks `stride` apart from the representative of `stage`.
 GroupShape group_shape_of(const ParallelPlan& p, std::int64_t size, std::int64_t stride, std::int64_t stage) {
   const std::int64_t base = stage_rank(p, stage);
@@ -1831,7 +1835,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       if (state[std::size_t(rr)] > state[std::size_t(widest)]) widest = rr;
     }
     const double peak = state[std::size_t(widest)];
-    const double required = peak * (1.0 + cfg.fragmentation) + cfg.context_reserve_bytes;
+    const double required = required_bytes_of(cfg, peak);
     if (required > cfg.gpu.memory.value) {
       res.state_outgrows_memory = true;
       res.peak_bytes = peak;
@@ -3219,7 +3223,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   res.peak_bytes = ranks[busiest].mem.peak();
   res.peak_breakdown = ranks[busiest].mem.peak_breakdown();
   res.capacity_bytes = cfg.gpu.memory.value;
-  res.required_bytes = res.peak_bytes * (1.0 + cfg.fragmentation) + cfg.context_reserve_bytes;
+  res.required_bytes = required_bytes_of(cfg, res.peak_bytes);
   res.fits = res.required_bytes <= res.capacity_bytes;
   // The model's parameters: each stage's GPUs hold a TP rank's slice of the linears and the
   // vocabulary, a copy of the norms and the router, and an EP rank's experts (sliced along TP).
@@ -3541,7 +3545,7 @@ StepResult simulate_step(const StepConfig& cfg) {
   r.micro_batches = m;
   r.extrapolated_from = win.c;
   if (r.max_peer_wait_s > cfg.faults.nccl_timeout_s) return simulate_step_exact(cfg);  // name who timed out
-  r.required_bytes = r.peak_bytes * (1.0 + cfg.fragmentation) + cfg.context_reserve_bytes;
+  r.required_bytes = required_bytes_of(cfg, r.peak_bytes);
   r.fits = r.required_bytes <= r.capacity_bytes;
   const double tokens = double(cfg.training.global_batch) * double(cfg.training.seq_len);
   r.tokens_per_s = r.step_time_s > 0 ? tokens / r.step_time_s : 0;

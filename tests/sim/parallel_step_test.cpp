@@ -127,10 +127,11 @@ TEST_CASE("ZeRO stages shard optimizer state, then gradients, then parameters", 
 
 TEST_CASE("the plan search's screen turns away only plans whose persistent state alone does not fit", "[parallel][memory]") {
   // A 16-layer stack (1.07B parameters, 18 bytes each under Megatron's recipe: 19.3 GB) on a GPU
-  // cut to 9 GB: its state cannot fit unsharded or with ZeRO-1 on one stage, nor unsharded on two;
-  // more ZeRO or stages bring it under the line, where activations decide. Every plan is simulated with and without the
-  // screen: a screened plan does not fit when simulated either, its peak at least the state the
-  // screen counted; every other plan gives the same figures either way.
+  // cut to 9 GB: its state cannot fit unsharded or with ZeRO-1 on one stage, nor unsharded on
+  // two; more ZeRO or stages bring it under the line, where activations decide. Every plan is
+  // simulated with and without the screen: a screened plan does not fit when simulated either,
+  // its peak at least the state the screen counted; every other plan gives the same figures
+  // either way.
   int screened = 0, passed = 0, fit = 0;
   for (const std::int64_t pp : {1, 2, 4})
     for (int z = 0; z <= 3; ++z)

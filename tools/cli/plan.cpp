@@ -60,7 +60,7 @@ Scenario scenario_of(const Scenario& base, const Plan& p) {
 }
 
 struct Candidate {
-  Plan s;
+  Plan plan;
   StepResult r;
   std::string label;
   double train_s = 0;  // time to train the tokens (0 without --tokens)
@@ -222,12 +222,15 @@ void simulate_all(const Scenario& base, std::vector<Candidate>& cands, int jobs,
   auto show = [&](bool last) {
     const auto now = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> lock(shown_mutex);
-    if (!last && now - shown < std::chrono::milliseconds(100)) return;
-    shown = now;
-    const double s = std::chrono::duration<double>(now - t0).count(), n = double(done.load());
-    std::fprintf(stderr, "\rplan: %zu of %zu plans, %.0f a second, %.0f s left   ", done.load(), cands.size(), s > 0 ? n / s : 0.0,
-                 n > 0 ? s * (double(cands.size()) - n) / n : 0.0);
-    if (last) std::fputs("\r\033[K", stderr);
+    if (last) {
+      std::fputs("\r\033[K", stderr);  // the line goes: the report follows
+    } else {
+      if (now - shown < std::chrono::milliseconds(100)) return;
+      shown = now;
+      const double s = std::chrono::duration<double>(now - t0).count(), n = double(done.load());
+      std::fprintf(stderr, "\rplan: %zu of %zu plans, %.0f a second, %.0f s left   ", done.load(), cands.size(), s > 0 ? n / s : 0.0,
+                   n > 0 ? s * (double(cands.size()) - n) / n : 0.0);
+    }
     std::fflush(stderr);
   };
   std::vector<std::thread> pool;
@@ -236,7 +239,7 @@ void simulate_all(const Scenario& base, std::vector<Candidate>& cands, int jobs,
     pool.emplace_back([&] {
       for (std::size_t i = next++; i < cands.size(); i = next++) {
         Candidate& c = cands[i];
-        const Scenario s = scenario_of(base, c.s);
+        const Scenario s = scenario_of(base, c.plan);
         try {
           c.r = simulate_candidate(s);
         } catch (const std::exception&) {
@@ -251,7 +254,7 @@ void simulate_all(const Scenario& base, std::vector<Candidate>& cands, int jobs,
         c.r.rank_names = {};
         c.r.stream_busy_s = {};
         if (tokens > 0 && c.r.tokens_per_s > 0) c.train_s = tokens / c.r.tokens_per_s;
-        if (c.train_s > 0 && price > 0) c.cost = c.train_s / 3600 * double(c.s.gpus()) * price;
+        if (c.train_s > 0 && price > 0) c.cost = c.train_s / 3600 * double(c.plan.gpus()) * price;
         ++done;
         if (progress) show(false);
       }
@@ -264,7 +267,7 @@ void simulate_all(const Scenario& base, std::vector<Candidate>& cands, int jobs,
 bool better(const Candidate& a, const Candidate& b, Objective o) {
   if (o == Objective::cost && a.cost != b.cost) return a.cost < b.cost;
   if (a.r.tokens_per_s != b.r.tokens_per_s) return a.r.tokens_per_s > b.r.tokens_per_s;
-  if (a.s.gpus() != b.s.gpus()) return a.s.gpus() < b.s.gpus();
+  if (a.plan.gpus() != b.plan.gpus()) return a.plan.gpus() < b.plan.gpus();
   return a.r.peak_bytes < b.r.peak_bytes;
 }
 
@@ -292,11 +295,11 @@ SearchResult search(const Scenario& base, const std::vector<std::int64_t>& count
 }
 
 Json plan_json(const Candidate& c, int rank) {
-  const auto& p = c.s.parallelism;
+  const auto& p = c.plan.parallelism;
   Json j = {{"rank", rank},
             {"plan", c.label},
-            {"gpus", c.s.gpus()},
-            {"nodes", c.s.nodes},
+            {"gpus", c.plan.gpus()},
+            {"nodes", c.plan.nodes},
             {"dp", p.dp},
             {"tp", p.tp},
             {"pp", p.pp},
@@ -308,8 +311,8 @@ Json plan_json(const Candidate& c, int rank) {
             {"virtual_stages", p.virtual_stages},
             {"zero", p.zero},
             {"fsdp", p.fsdp.empty() ? "none" : p.fsdp},
-            {"micro_batch", c.s.micro_batch},
-            {"recompute", recompute_name(c.s.recompute)},
+            {"micro_batch", c.plan.micro_batch},
+            {"recompute", recompute_name(c.plan.recompute)},
             {"tokens_per_s", c.r.tokens_per_s},
             {"mfu", c.r.mfu},
             {"step_time_s", c.r.step_time_s},
@@ -379,7 +382,7 @@ void plan_command(const PlanOptions& o) {
   for (int i = 0; i < std::min<int>(o.top, int(sr.ranked.size())); ++i) {
     const Candidate& c = *sr.ranked[i];
     const StepResult& r = c.r;
-    std::printf("%-4d %5lld %-66s %10.0f %6.1f%% %7.2fs %8.1f %7.2fs", i + 1, (long long)c.s.gpus(), c.label.c_str(), r.tokens_per_s,
+    std::printf("%-4d %5lld %-66s %10.0f %6.1f%% %7.2fs %8.1f %7.2fs", i + 1, (long long)c.plan.gpus(), c.label.c_str(), r.tokens_per_s,
                 100 * r.mfu, r.step_time_s, r.peak_bytes / 1e9, r.exposed_comm_s + r.pipeline_bubble_s);
     if (c.train_s > 0) std::printf(" %11s", duration(c.train_s).c_str());
     if (c.cost > 0) std::printf(" %9.0f$", c.cost);
@@ -393,7 +396,7 @@ void plan_command(const PlanOptions& o) {
               b.pipeline_bubble_s, b.optimizer_s, b.peak_bytes > 0 ? 100 * b.peak_breakdown[3] / b.peak_bytes : 0.0);
   if (r1.fits && r1.tokens_per_s > 0)
     std::printf("vs 1 GPU   %.1fx the throughput on %lld GPUs (%.0f%% per GPU)%s\n", b.tokens_per_s / r1.tokens_per_s,
-                (long long)best.s.gpus(), 100 * b.tokens_per_s / r1.tokens_per_s / double(best.s.gpus()),
+                (long long)best.plan.gpus(), 100 * b.tokens_per_s / r1.tokens_per_s / double(best.plan.gpus()),
                 r1.fits ? "" : "; one GPU cannot hold the job at all");
 }
 
@@ -540,14 +543,14 @@ void advise_command(const AdviseOptions& o) {
   std::printf("\n");
   const Candidate* pick = meets ? meets : (keep.empty() ? nullptr : &keep.back());
   if (pick) {
-    std::printf("   %s %lld GPUs (%s): %s", meets ? "the deadline's cluster," : "the largest cluster searched,", (long long)pick->s.gpus(),
+    std::printf("   %s %lld GPUs (%s): %s", meets ? "the deadline's cluster," : "the largest cluster searched,", (long long)pick->plan.gpus(),
                 pick->label.c_str(), duration(pick->train_s).c_str());
     if (o.price > 0) std::printf(", $%.0f", pick->cost);
     std::printf("\n   -> the cluster is %.1fx faster", lean_t / pick->train_s);
     if (o.price > 0) std::printf(" at %.2fx the cost", pick->cost / money(lean_t, 1));
     std::printf("; ");
     if (deadline > 0 && lean_t <= deadline) std::printf("one GPU already meets the deadline: no cluster needed\n");
-    else if (deadline > 0 && meets) std::printf("one GPU misses the deadline: the %lld-GPU plan is the cheapest way to meet it\n", (long long)meets->s.gpus());
+    else if (deadline > 0 && meets) std::printf("one GPU misses the deadline: the %lld-GPU plan is the cheapest way to meet it\n", (long long)meets->plan.gpus());
     else if (deadline > 0) std::printf("neither meets the deadline\n");
     else std::printf("without a deadline, one GPU is the cheapest way; scale only if the time matters\n");
   }
