@@ -116,6 +116,13 @@ struct StepResult {
   double host_gap_total_s = 0;
   // and how long each stream (compute, transfers, collectives' rendezvous) was busy.
   std::vector<double> stream_busy_s;
+  // A pipelined step with a slow GPU, for the check of its windows (step.cpp, settled_in): when
+  // each simulated rank's passes started (picoseconds, in its schedule's order), its host clock at
+  // the end of its launches and its compute stream's idle time waiting for them.
+  std::vector<std::vector<std::int64_t>> pass_starts_ps;
+  std::vector<std::vector<std::uint64_t>> pass_shapes;  // a hash of its tasks' starts and ends from its start
+  std::vector<std::int64_t> host_end_ps;
+  std::vector<double> host_gap_s;
   std::uint64_t kernels = 0;
   std::uint64_t events = 0;
   std::uint64_t fingerprint = 0;  // FNV-style hash over every task's start and finish, in task order

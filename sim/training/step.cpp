@@ -349,6 +349,7 @@ struct RankState {
     int chunk, mb;
     TaskId first, last, send;
     bool sends;
+    TaskId made_from = 0;  // the first task made for it (those up to the next pass's are its own)
   };
   std::vector<Pass> passes;
 };
@@ -2294,6 +2295,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     std::size_t first_forward_layers = 0;
     merging = !cfg.keep_trace;
     for (const Work& w : order) {
+      const auto made_from = TaskId(ex.task_count());
       aligned[std::size_t(r)] = 0;
       ++pass_no[std::size_t(r)];
       const bool last_backward = !w.forward && !w.weight && bwd_done[w.chunk] + 1 == int(m);  // of its chunk
@@ -2664,7 +2666,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
       }
       if (w.weight) continue;  // no transfer, nothing waits for it but the step's end
       rs.spans[{w.forward, w.chunk, w.mb}] = {first, last};
-      rs.passes.push_back({w.forward, w.chunk, w.mb, first, last, 0, false});
+      rs.passes.push_back({w.forward, w.chunk, w.mb, first, last, 0, false, made_from});
       // Blocking transfers are posted in the p2p call after a step: in the interleaved steady
       // state a step is a forward and a backward pass, so the forward's send waits for both.
       const std::size_t idx = rs.passes.size() - 1;
@@ -3182,6 +3184,28 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     res.failure = buf;
   }
 
+  // A pipelined step with a slow GPU: each simulated rank's pass starts (simulate_step's check of
+  // its windows, settled_in).
+  if (par.pp > 1 && std::any_of(cfg.faults.stragglers.begin(), cfg.faults.stragglers.end(), [](const Straggler& st) {
+        return st.compute_slowdown != 1.0 || st.loader_delay_s > 0;
+      })) {
+    res.pass_starts_ps.resize(std::size_t(nranks));
+    res.pass_shapes.resize(std::size_t(nranks));
+    for (int r = 0; r < nranks; ++r) {
+      const auto& passes = ranks[r].passes;
+      for (std::size_t i = 0; i < passes.size(); ++i) {
+        const std::int64_t at = ex.start_time(passes[i].first).ps();
+        res.pass_starts_ps[std::size_t(r)].push_back(at);
+        // Every task made for the pass, its start and end from the pass's start.
+        const TaskId to = i + 1 < passes.size() ? passes[i + 1].made_from : passes[i].made_from;
+        std::uint64_t h = 0xcbf29ce484222325ull;
+        for (TaskId t = passes[i].made_from; t < to; ++t)
+          for (const std::int64_t x : {ex.start_time(t).ps() - at, ex.finish_time(t).ps() - at})
+            h = (h ^ std::uint64_t(x)) * 0x100000001b3ull;
+        res.pass_shapes[std::size_t(r)].push_back(h);
+      }
+    }
+  }
   int busiest = 0;
   for (int r = 0; r < nranks; ++r) {
     if (q_of(r) == 0) res.rank_peak_bytes.push_back(ranks[r].mem.peak());
@@ -3208,6 +3232,10 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
   for (int r = 0; r < nranks; ++r) {
     res.host_clock_max_s = std::max(res.host_clock_max_s, host_clock[std::size_t(r)].seconds());
     res.host_gap_total_s += host_gap[std::size_t(r)];
+    if (!res.pass_starts_ps.empty()) {
+      res.host_end_ps.push_back(host_clock[std::size_t(r)].ps());
+      res.host_gap_s.push_back(host_gap[std::size_t(r)]);
+    }
   }
   res.pipeline_bubble_s = par.pp > 1 ? bubble[r0] : 0;
   if (par.pp == 1) res.host_stall_s += bubble[r0];
@@ -3369,8 +3397,10 @@ Windows windows_of(const StepConfig& cfg) {
   // growing at 34 micro-batches). The first window is placed so that m lies a whole number of
   // periods past the last: a growth that alternates within the period extends exactly. Under a
   // pipeline a straggler's lag hides in the schedule's slack for many micro-batches before its
-  // peers wait (review finding: -0.9 % at 200): such steps are simulated exactly.
-  stall = stall || slow;
+  // peers wait (review finding: -0.9 % at 200), and a GPU's wait can change slope after 80-100
+  // micro-batches (session 19: Llama TP 1 x PP 2 x DP 2, one GPU 5 % slow): windows that grew
+  // alike do not show either. Such steps are extended only where every simulated rank has settled
+  // into the schedule's period, which simulate_step checks pass by pass (settled_in).
   // GPipe runs every forward, then every backward: no period repeats, and as micro-batches are
   // added the phase that sets the pace can change (a random comparison: 0.2-1.5 % short on plans
   // whose windows grew alike, both networks); simulated exactly.
@@ -3384,6 +3414,19 @@ Windows windows_of(const StepConfig& cfg) {
   // exposed data-parallel time).
   if (dp_every_micro_batch) return {};
   const std::int64_t w = window_of(cfg), d = std::max<std::int64_t>(1, cfg.parallel.pp);
+  // With a slow GPU: one window of at least 2w and w + 4 pp (room for a transient of about w, two
+  // periods, then the cool-down's two) a whole number of periods short of m, where the state must
+  // have turned periodic, and a shorter one simulate_step places past the transient it finds there
+  // (settled_in); where the longer alone costs more than half the step, none. Only where every
+  // replica waits on the others every micro-batch (one replica, or expert groups spanning them
+  // all): replicas joined only by the reduction at the end keep their own paces, which no two
+  // windows extend (simulate_step).
+  if (slow && !stall && par.dp / std::max<std::int64_t>(1, par.ep) > 1) return {};
+  if (slow && !stall) {
+    const std::int64_t least = std::max(2 * w, w + 4 * d);
+    const std::int64_t c = m >= least ? least + (m - least) % d : m;
+    return 2 * c <= m ? Windows{0, 0, c} : Windows{};
+  }
   if (!stall && m > 3 * w + 3 * d) {
     const std::int64_t a = w + (m - w) % d, n = std::max<std::int64_t>(2, (2 * w + d - 1) / d);
     if (3 * a + (n + 1) * d < m) return {a, a + d, a + n * d};
@@ -3456,6 +3499,87 @@ bool grew_alike(const Windows& win, const StepResult& w0, const StepResult& a, c
   return true;
 }
 
+// A pipelined step with a slow GPU is a max-plus system (each start the latest of what it waits
+// for, plus fixed lengths): its state turns periodic after a transient, long where two of the
+// schedule's cycles are nearly as long (a 5 % straggler), and stays periodic once it is. A run of c
+// micro-batches shows where: from some pass on to the start of the cool-down, each simulated
+// rank's passes (StepResult::pass_starts_ps) start one shift apart a period (pp micro-batches)
+// later, every task made for a pass starting and ending where the same pass's did a period
+// earlier (StepResult::pass_shapes: a random comparison found a TP 4 x PP 2 plan, one GPU 5 %
+// slow, whose passes started periodically from micro-batch 16 while its waits for the slow TP
+// peer inside them settled only at 28), and the shift is the same for every rank, all of which
+// wait on one another every micro-batch (windows_of: one replica, or expert groups spanning them
+// all). A rank keeping its own pace beside a slower peer is a lag still filling the schedule's
+// slack (in a 64-GPU Mixtral plan with one GPU 20 % slow, the replicas joined to the straggler's
+// by their expert groups ran 9 periods at the healthy pace, then slowed over 6 more).
+struct Settled {
+  std::int64_t from_mb = -1;  // every rank periodic from this micro-batch on (-1: not within the run)
+  std::int64_t shift = 0;     // picoseconds a period
+};
+
+Settled settled_in(const StepConfig& cfg, std::int64_t c, const StepResult& run) {
+  const std::int64_t pp = cfg.parallel.pp;
+  Settled out;
+  std::int64_t from_mb = 0, shift = -1;
+  if (run.pass_shapes.size() != run.pass_starts_ps.size()) return out;
+  for (std::size_t r = 0; r < run.pass_starts_ps.size(); ++r) {
+    const std::vector<std::int64_t>& at = run.pass_starts_ps[r];
+    if (at.empty() || at.size() % std::size_t(c) != 0) return out;
+    const std::size_t per_mb = at.size() / std::size_t(c), step = per_mb * std::size_t(pp);
+    const std::size_t to = at.size() - std::min(at.size(), 2 * step);  // the cool-down's start, a period early
+    if (to < 2 * step) return out;
+    const std::int64_t s = at[to] - at[to - step];
+    if (shift >= 0 && s != shift) return out;
+    shift = s;
+    const std::vector<std::uint64_t>& shape = run.pass_shapes[r];
+    if (shape.size() != at.size() || shape[to] != shape[to - step]) return out;
+    std::size_t from = to - step;
+    while (from > 0 && at[from - 1 + step] - at[from - 1] == shift && shape[from - 1 + step] == shape[from - 1]) --from;
+    if (from + 2 * step > to) return out;  // at least two periods alike
+    from_mb = std::max(from_mb, std::int64_t((from + per_mb - 1) / per_mb));
+  }
+  if (shift < 0) return out;
+  out.from_mb = from_mb;
+  out.shift = shift;
+  return out;
+}
+
+// Windows b < c both past a settled pipeline's transient (their cool-downs start in the periodic
+// state, so each one's end is the other's shifted) must differ as the period makes them: the step
+// by the shift a period, the longest wait for a peer and the peaks not at all. And each rank's
+// host thread, which launches at its own pace (its clock a sum of launch costs), must keep up:
+// at its GPU's pace its lead is part of the periodic state; slower, it will hold its GPU more and
+// more; faster, its lead grows and what waits for its launches can only shrink with it, so the
+// two windows must have waited alike (then only where every length does: the step's first
+// kernels; a random comparison found a loader delay whose peers' hosts were a few launches behind
+// at the end of 8 micro-batches and none at 32: their idle split between host and bubble was
+// extended 39 % off). And what grew_alike asks of any windows: no stream given more work per
+// period than the step grew by, no kind of idle time shrinking.
+bool settled_pair(const StepConfig& cfg, std::int64_t b, std::int64_t c, const Settled& st, const StepResult& a,
+                  const StepResult& r) {
+  const double periods = double(c - b) / double(cfg.parallel.pp);
+  const double tol = 1e-9 * std::max(1.0, std::fabs(r.step_time_s));
+  if (std::fabs((r.step_time_s - a.step_time_s) - periods * Time::from_ps(st.shift).seconds()) > tol) return false;
+  if (std::fabs(r.max_peer_wait_s - a.max_peer_wait_s) > tol) return false;
+  if (a.peak_bytes != r.peak_bytes || a.rank_peak_bytes != r.rank_peak_bytes || a.peak_breakdown != r.peak_breakdown) return false;
+  const std::size_t n = r.pass_starts_ps.size();
+  if (r.host_end_ps.size() != n || a.host_end_ps.size() != n || r.host_gap_s.size() != n || a.host_gap_s.size() != n)
+    return false;
+  const auto gpu = std::int64_t(std::llround(periods * double(st.shift)));
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t host = r.host_end_ps[i] - a.host_end_ps[i];
+    if (host != gpu && (host > gpu || std::fabs(r.host_gap_s[i] - a.host_gap_s[i]) > 1e-12)) return false;
+  }
+  const double step_growth = r.step_time_s - a.step_time_s;
+  for (auto field : {&StepResult::pipeline_bubble_s, &StepResult::host_stall_s, &StepResult::dp_comm_exposed_s,
+                     &StepResult::peer_wait_exposed_s, &StepResult::peer_wait_s, &StepResult::exposed_comm_s})
+    if (r.*field - a.*field < -tol) return false;
+  if (r.stream_busy_s.size() != a.stream_busy_s.size()) return false;
+  for (std::size_t i = 0; i < r.stream_busy_s.size(); ++i)
+    if (r.stream_busy_s[i] - a.stream_busy_s[i] > step_growth + tol) return false;
+  return !r.failed && !a.failed;
+}
+
 // The figures simulate_step extends linearly from its windows (with the peak's breakdown and every
 // rank's peak).
 constexpr std::array kExtended = {
@@ -3501,32 +3625,48 @@ StepResult simulate_step(const StepConfig& cfg) {
     c.training.global_batch = mbs * std::max<std::int64_t>(1, cfg.training.micro_batch * cfg.parallel.dp);
     return simulate_step_with(c, tapes);
   };
-  // The steady state is checked, not assumed: a host clock that runs at nearly the pipeline's
-  // rate, or a straggler its peers wait for, can take many micro-batches to settle. Three equally
-  // spaced windows must grow by the same step, idle split and peer waits, else every micro-batch
-  // is simulated.
-  StepResult w0 = with(win.a);
-  if (w0.state_outgrows_memory) return w0;  // (as any length would: the state does not grow)
-  StepResult a = with(win.b);
-  StepResult r = with(win.c);
-  // With a slow GPU the second look is always taken (windows_of returned none where it does not
-  // pay), and the last micro-batch of each look must add the same to everything extended: how its
-  // peers' waits split among the groups can settle a few micro-batches past the first windows, the
-  // step growing alike all along (a random comparison: CP 2 x DP 8 on the flow network, one GPU
-  // 20 % slow, the exposed CP time grew 0.19985 ms a micro-batch to 4 and 0.20714 from 5 on).
-  // Without one, a first look that fails its checks is replaced by the second, which is then
-  // checked alone (the random comparisons, tools/check/new_options_compare.py ext, back that).
   const bool slow = slow_gpu(cfg);
-  if (slow || !grew_alike(win, w0, a, r)) {
-    const Windows first = win;
-    const StepResult first_a = a, first_r = r;
-    win = later_windows(cfg, win);
-    if (win.c == 0) return simulate_step_exact(cfg);
-    w0 = with(win.a);
+  StepResult a, r;
+  if (slow && cfg.parallel.pp > 1) {
+    // A pipeline with a slow GPU: the longer window first, where its state turned periodic, then
+    // the shorter window whose cool-down starts past that (settled_in, settled_pair).
+    r = with(win.c);
+    if (r.state_outgrows_memory) return r;
+    const Settled st = settled_in(cfg, win.c, r);
+    const std::int64_t d = cfg.parallel.pp;
+    win.b = 0;
+    if (st.from_mb >= 0)
+      for (std::int64_t b = win.c - d; b > 0 && b - 2 * d >= st.from_mb; b -= d) win.b = b;
+    if (win.b == 0) return simulate_step_exact(cfg);
+    a = with(win.b);
+    if (!settled_pair(cfg, win.b, win.c, st, a, r)) return simulate_step_exact(cfg);
+  } else {
+    // The steady state is checked, not assumed: a host clock that runs at nearly the pipeline's
+    // rate, or a straggler its peers wait for, can take many micro-batches to settle. Three equally
+    // spaced windows must grow by the same step, idle split and peer waits, else every micro-batch
+    // is simulated.
+    StepResult w0 = with(win.a);
+    if (w0.state_outgrows_memory) return w0;  // (as any length would: the state does not grow)
     a = with(win.b);
     r = with(win.c);
-    if (!grew_alike(win, w0, a, r)) return simulate_step_exact(cfg);
-    if (slow && !same_rates(first, first_a, first_r, win, a, r)) return simulate_step_exact(cfg);
+    // With a slow GPU the second look is always taken (windows_of returned none where it does not
+    // pay), and the last micro-batch of each look must add the same to everything extended: how its
+    // peers' waits split among the groups can settle a few micro-batches past the first windows, the
+    // step growing alike all along (a random comparison: CP 2 x DP 8 on the flow network, one GPU
+    // 20 % slow, the exposed CP time grew 0.19985 ms a micro-batch to 4 and 0.20714 from 5 on).
+    // Without one, a first look that fails its checks is replaced by the second, which is then
+    // checked alone (the random comparisons, tools/check/new_options_compare.py ext, back that).
+    if (slow || !grew_alike(win, w0, a, r)) {
+      const Windows first = win;
+      const StepResult first_a = a, first_r = r;
+      win = later_windows(cfg, win);
+      if (win.c == 0) return simulate_step_exact(cfg);
+      w0 = with(win.a);
+      a = with(win.b);
+      r = with(win.c);
+      if (!grew_alike(win, w0, a, r)) return simulate_step_exact(cfg);
+      if (slow && !same_rates(first, first_a, first_r, win, a, r)) return simulate_step_exact(cfg);
+    }
   }
   const double k = double(m - win.c) / double(win.c - win.b);
   auto ext = [k](double& field, double at_w) { field += k * (field - at_w); };

@@ -1,4 +1,5 @@
 #include <functional>
+#include <map>
 #include <algorithm>
 // Parallel plans against closed forms: the pipeline bubble of GPipe/1F1B, the activations each
 // schedule keeps, DDP's exposed all-reduce, ZeRO's shares of state, tensor parallelism's traffic.
@@ -340,6 +341,51 @@ TEST_CASE("without a pipeline, a slowed GPU is extended only where two looks add
   // Too few micro-batches for both looks to pay: every one is simulated.
   const StepConfig short_step = plan(48, 0);
   CHECK(simulate_step(short_step).extrapolated_from == 0);
+}
+
+TEST_CASE("a pipeline with a slow GPU is extended from two windows once every rank keeps one period", "[parallel][extrapolate]") {
+  // Past a transient every simulated rank's passes start one shift apart a period later, the same
+  // shift for all: two windows whose cool-downs start past it then grow as any longer step does.
+  // Extended or simulated in full, the figures are the exact simulation's.
+  auto plan = [](PipelineSchedule sched, double slowdown, std::int64_t dp, std::int64_t m) {
+    StepConfig c = narrow(4, m);
+    c.model.layers = 8;
+    c.parallel.schedule = sched;
+    c.parallel.virtual_stages = sched == PipelineSchedule::interleaved ? 2 : 1;
+    c.parallel.dp = dp;
+    c.parallel.tp = 2;
+    c.parallel.sequence_parallel = true;
+    c.training.global_batch = m * c.parallel.dp;
+    c.faults.stragglers.push_back({5, slowdown, 0, 0, 0});
+    return c;
+  };
+  std::map<std::pair<int, double>, std::int64_t> extended;
+  for (const PipelineSchedule sched : {PipelineSchedule::one_f_one_b, PipelineSchedule::interleaved})
+    for (const double slowdown : {1.2, 1.02}) {
+      INFO("schedule " << int(sched) << ", slowdown " << slowdown);
+      const StepConfig c = plan(sched, slowdown, 1, 96);
+      const StepResult exact = simulate_step_exact(c);
+      const StepResult fast = simulate_step(c);
+      extended[{int(sched), slowdown}] = fast.extrapolated_from;
+      CHECK(fast.micro_batches == 96);
+      CHECK(fast.step_time_s == Approx(exact.step_time_s).epsilon(1e-9));
+      CHECK(fast.pipeline_bubble_s == Approx(exact.pipeline_bubble_s).epsilon(1e-9));
+      CHECK(fast.host_stall_s == Approx(exact.host_stall_s).epsilon(1e-9).margin(1e-15));
+      CHECK(fast.peer_wait_s == Approx(exact.peer_wait_s).epsilon(1e-9).margin(1e-15));
+      CHECK(fast.max_peer_wait_s == Approx(exact.max_peer_wait_s).epsilon(1e-9).margin(1e-15));
+      CHECK(fast.exposed_comm_s == Approx(exact.exposed_comm_s).epsilon(1e-9));
+      CHECK(fast.peak_bytes == exact.peak_bytes);
+      CHECK(fast.rank_peak_bytes == exact.rank_peak_bytes);
+    }
+  // Which were extended (32 micro-batches and a shorter window) and which were not settled within
+  // the 32 (simulated in full): the 20 % straggler sets the pace; the 2 % one hides in the slack.
+  CHECK(extended[{int(PipelineSchedule::one_f_one_b), 1.2}] == 32);
+  CHECK(extended[{int(PipelineSchedule::one_f_one_b), 1.02}] == 32);
+  CHECK(extended[{int(PipelineSchedule::interleaved), 1.02}] == 32);
+  // Two replicas, joined only by the reduction at the end, keep their own paces: simulated in full.
+  CHECK(simulate_step(plan(PipelineSchedule::one_f_one_b, 1.2, 2, 96)).extrapolated_from == 0);
+  // Too few micro-batches for the windows to pay (32 and a shorter one): every one is simulated.
+  CHECK(simulate_step(plan(PipelineSchedule::one_f_one_b, 1.2, 1, 48)).extrapolated_from == 0);
 }
 
 namespace {

@@ -10,7 +10,8 @@
 # 4096 or 8192; analytic or flow network; healthy, one GPU 20 % slow, or one NIC at a quarter of
 # its bandwidth (flow network on a single-switch or rail-optimized graph). Each plan runs twice
 # through the CLI (a fresh process each time, as a user runs it) and the faster wall time counts;
-# a run past LIMIT_S (default 60) is stopped and counted as over. Prints one line per plan, then
+# a run past LIMIT_S (default 60) is stopped and counted as over; SURVEY_ONLY=none keeps the healthy
+# plans only (the draws unchanged). Prints one line per plan, then
 # the share under 50 ms and the median, by network and fault. Scenario files go to /tmp/survey.
 import json, os, random, subprocess, sys, time
 from plans import split_gpus
@@ -19,6 +20,8 @@ BIN = sys.argv[1]
 seed = int(sys.argv[2])
 count = int(sys.argv[3])
 limit = float(sys.argv[4]) if len(sys.argv) > 4 else 60.0
+# SURVEY_ONLY=none (or none,nic ...) runs only the plans with those faults; the draws are the same.
+only = [f for f in os.environ.get('SURVEY_ONLY', '').split(',') if f]
 here = os.path.dirname(os.path.abspath(__file__))
 base = json.load(open(os.path.join(here, '..', '..', 'scenarios', 'parallel', 'llama3-8b-8xh100.json')))
 rng = random.Random(seed)
@@ -58,6 +61,7 @@ for n in range(count):
         del sc['cluster']['nodes'], sc['cluster']['gpus_per_node']
         sc['faults'] = {'links': [{'nic': [rng.randrange(8), rng.randrange(8)], 'bandwidth_factor': 0.25}]}
         net = 'flow'
+    if only and fault not in only: continue
     path = '/tmp/survey/s%d_%d.json' % (seed, n)
     json.dump(sc, open(path, 'w'))
     best, out, err = None, None, ''
