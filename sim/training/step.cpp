@@ -3184,9 +3184,10 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     res.failure = buf;
   }
 
-  // A pipelined step with a slow GPU: each simulated rank's pass starts (simulate_step's check of
-  // its windows, settled_in).
-  if (par.pp > 1 && std::any_of(cfg.faults.stragglers.begin(), cfg.faults.stragglers.end(), [](const Straggler& st) {
+  // A pipelined step with a slow GPU whose replicas all wait on one another every micro-batch:
+  // each simulated rank's pass starts and shapes (simulate_step's check of its windows, settled_in).
+  if (par.pp > 1 && par.dp / std::max<std::int64_t>(1, par.ep) == 1 &&
+      std::any_of(cfg.faults.stragglers.begin(), cfg.faults.stragglers.end(), [](const Straggler& st) {
         return st.compute_slowdown != 1.0 || st.loader_delay_s > 0;
       })) {
     res.pass_starts_ps.resize(std::size_t(nranks));
@@ -3526,7 +3527,7 @@ Settled settled_in(const StepConfig& cfg, std::int64_t c, const StepResult& run)
     const std::vector<std::int64_t>& at = run.pass_starts_ps[r];
     if (at.empty() || at.size() % std::size_t(c) != 0) return out;
     const std::size_t per_mb = at.size() / std::size_t(c), step = per_mb * std::size_t(pp);
-    const std::size_t to = at.size() - std::min(at.size(), 2 * step);  // the cool-down's start, a period early
+    const std::size_t to = at.size() - std::min(at.size(), 2 * step);  // two periods short: the cool-down's and one
     if (to < 2 * step) return out;
     const std::int64_t s = at[to] - at[to - step];
     if (shift >= 0 && s != shift) return out;
@@ -3684,6 +3685,10 @@ StepResult simulate_step(const StepConfig& cfg) {
   r.events = std::uint64_t(std::llround(events));
   r.micro_batches = m;
   r.extrapolated_from = win.c;
+  r.pass_starts_ps.clear();  // (the window's own)
+  r.pass_shapes.clear();
+  r.host_end_ps.clear();
+  r.host_gap_s.clear();
   if (r.max_peer_wait_s > cfg.faults.nccl_timeout_s) return simulate_step_exact(cfg);  // name who timed out
   r.required_bytes = required_bytes_of(cfg, r.peak_bytes);
   r.fits = r.required_bytes <= r.capacity_bytes;
