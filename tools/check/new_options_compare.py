@@ -23,7 +23,8 @@
 # 10,278, one 3e-9 apart (a 1-ns rounding of the extension); after the end-of-step DP attribution:
 # seed 11 fold 4,927 and seed 13 fold (without s20) 4,034, none different; seed 12 ext 7,512, none.
 # Session 27 (ext faults pipes: pipelined plans with a slow GPU or loader only): seed 107, 7 min:
-# 9,061 valid plans, 3,250 extended, none different (seed 105 had found one, fixed before).
+# 9,061 valid plans, 3,250 extended, none different (seed 105 had found one, fixed before); seed
+# 108 on the session's last build: 8,830 valid, 3,050 extended, none different.
 import json, os, random, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plans import random_plan, run_pair, compare
