@@ -283,13 +283,16 @@ bool same_run_content(const PlanItem& a, const PlanItem& b, bool memory) {
   return true;
 }
 
+// One word into an FNV-style hash: FNV's prime, then the high bits folded down (byte-wise FNV-1a
+// was sixteen dependent multiplies a word).
+constexpr std::uint64_t hash_word(std::uint64_t h, std::uint64_t x) {
+  h = (h ^ x) * 1099511628211ull;
+  return h ^ (h >> 29);
+}
+
 std::uint64_t run_content_hash(const PlanItem& a, bool memory) {
   std::uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](std::uint64_t x) {
-    h ^= x;
-    h *= 1099511628211ull;
-    h ^= h >> 29;
-  };
+  auto mix = [&h](std::uint64_t x) { h = hash_word(h, x); };
   mix(std::uint64_t(a.phase));
   if (memory) {
     mix(a.allocs.size() * 131 + a.frees.size());
@@ -646,6 +649,18 @@ std::vector<int> symmetry_classes(const ParallelPlan& p, const std::vector<std::
   }
   return colour;
 }
+
+// Whether some GPU runs slower than the others throughout (a straggler's slowdown or loader delay;
+// not a one-time stall).
+bool slow_gpu(const StepConfig& cfg) {
+  return std::any_of(cfg.faults.stragglers.begin(), cfg.faults.stragglers.end(),
+                     [](const Straggler& st) { return st.compute_slowdown != 1.0 || st.loader_delay_s > 0; });
+}
+
+// Whether every data-parallel replica waits on the others every micro-batch: one replica, or
+// expert groups spanning them all (replicas joined only by the gradient reduction at the end of
+// the step keep their own paces until it).
+bool replicas_coupled(const ParallelPlan& p) { return p.dp / std::max<std::int64_t>(1, p.ep) == 1; }
 
 // Each GPU's faults as a key (slowdown, loader delay, then its stalls), GPUs indexed as in
 // symmetry_classes; a healthy GPU's key is empty.
@@ -3047,13 +3062,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
 
   Time end = Time::zero();
   std::uint64_t fp = 1469598103934665603ull;
-  // A word at a time (FNV's prime, then the high bits folded down): byte-wise FNV-1a was sixteen
-  // dependent multiplies a task, 3 % of a 16-rank step.
-  auto mix = [&fp](std::int64_t x) {
-    fp ^= std::uint64_t(x);
-    fp *= 1099511628211ull;
-    fp ^= fp >> 29;
-  };
+  auto mix = [&fp](std::int64_t x) { fp = hash_word(fp, std::uint64_t(x)); };  // (a word at a time: 3 % of a 16-rank step byte-wise)
   for (TaskId id = 0; id < ex.task_count(); ++id) {
     const StreamId st = ex.stream_of(id);
     if (st >= res.stream_busy_s.size()) res.stream_busy_s.resize(std::size_t(st) + 1, 0.0);
@@ -3186,10 +3195,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
 
   // A pipelined step with a slow GPU whose replicas all wait on one another every micro-batch:
   // each simulated rank's pass starts and shapes (simulate_step's check of its windows, settled_in).
-  if (par.pp > 1 && par.dp / std::max<std::int64_t>(1, par.ep) == 1 &&
-      std::any_of(cfg.faults.stragglers.begin(), cfg.faults.stragglers.end(), [](const Straggler& st) {
-        return st.compute_slowdown != 1.0 || st.loader_delay_s > 0;
-      })) {
+  if (par.pp > 1 && replicas_coupled(par) && slow_gpu(cfg)) {
     res.pass_starts_ps.resize(std::size_t(nranks));
     res.pass_shapes.resize(std::size_t(nranks));
     for (int r = 0; r < nranks; ++r) {
@@ -3199,10 +3205,10 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         res.pass_starts_ps[std::size_t(r)].push_back(at);
         // Every task made for the pass, its start and end from the pass's start.
         const TaskId to = i + 1 < passes.size() ? passes[i + 1].made_from : passes[i].made_from;
-        std::uint64_t h = 0xcbf29ce484222325ull;
+        std::uint64_t h = 1469598103934665603ull;
         for (TaskId t = passes[i].made_from; t < to; ++t)
           for (const std::int64_t x : {ex.start_time(t).ps() - at, ex.finish_time(t).ps() - at})
-            h = (h ^ std::uint64_t(x)) * 0x100000001b3ull;
+            h = hash_word(h, std::uint64_t(x));
         res.pass_shapes[std::size_t(r)].push_back(h);
       }
     }
@@ -3352,13 +3358,6 @@ Windows later_windows(const StepConfig& cfg, const Windows& win) {
   return 2 * (win.a + win.b + win.c + later.a + later.b + later.c) < micro_batches_of(cfg) ? later : Windows{};
 }
 
-// Whether some GPU runs slower than the others throughout (a straggler's slowdown or loader delay;
-// not a one-time stall).
-bool slow_gpu(const StepConfig& cfg) {
-  return std::any_of(cfg.faults.stragglers.begin(), cfg.faults.stragglers.end(),
-                     [](const Straggler& st) { return st.compute_slowdown != 1.0 || st.loader_delay_s > 0; });
-}
-
 Windows windows_of(const StepConfig& cfg) {
   if (!cfg.extrapolate) return {};
   const std::int64_t m = micro_batches_of(cfg);
@@ -3422,7 +3421,7 @@ Windows windows_of(const StepConfig& cfg) {
   // replica waits on the others every micro-batch (one replica, or expert groups spanning them
   // all): replicas joined only by the reduction at the end keep their own paces, which no two
   // windows extend (simulate_step).
-  if (slow && !stall && par.dp / std::max<std::int64_t>(1, par.ep) > 1) return {};
+  if (slow && !stall && !replicas_coupled(par)) return {};
   if (slow && !stall) {
     const std::int64_t least = std::max(2 * w, w + 4 * d);
     const std::int64_t c = m >= least ? least + (m - least) % d : m;
@@ -3460,6 +3459,24 @@ std::int64_t simulated_micro_batches(const StepConfig& cfg) {
 
 namespace {
 
+// Between a window and a longer one (their results x, y): idle time is a sum of non-negative gaps,
+// so in the steady state each window adds some of every kind or none, and a kind that shrank is a
+// lag still being taken up by the schedule's slack (a random comparison found FSDP pipelines whose
+// bubble shrank per period until their slope broke); and (streams) no stream was given more work
+// than the step grew by, or it falls further behind each period until what waits for it sets the
+// pace (the comparison found ZeRO-2 extended 0.5 % short).
+bool keeps_pace(const StepResult& x, const StepResult& y, double tol, bool streams) {
+  for (auto field : {&StepResult::pipeline_bubble_s, &StepResult::host_stall_s, &StepResult::dp_comm_exposed_s,
+                     &StepResult::peer_wait_exposed_s, &StepResult::peer_wait_s, &StepResult::exposed_comm_s})
+    if (y.*field - x.*field < -tol) return false;
+  if (!streams) return true;
+  if (y.stream_busy_s.size() != x.stream_busy_s.size()) return false;
+  const double step_growth = y.step_time_s - x.step_time_s;
+  for (std::size_t i = 0; i < y.stream_busy_s.size(); ++i)
+    if (y.stream_busy_s[i] - x.stream_busy_s[i] > step_growth + tol) return false;
+  return true;
+}
+
 // Whether three windows (win.a < win.b < win.c micro-batches) grew alike: the necessary
 // conditions of a steady state that simulate_step checks before extending them.
 bool grew_alike(const Windows& win, const StepResult& w0, const StepResult& a, const StepResult& r) {
@@ -3477,18 +3494,9 @@ bool grew_alike(const Windows& win, const StepResult& w0, const StepResult& a, c
   const double tol = 1e-9 * std::max(1.0, std::fabs(r.step_time_s));
   if (host_growth > step_growth + tol) return false;
   if (host_growth < step_growth - tol && r.host_gap_total_s - a.host_gap_total_s > tol) return false;
-  // Likewise any stream: one given more work per period than the step grew by (a data-parallel
-  // stream whose reduce-scatters outlast the micro-batch) falls further behind each period until
-  // what waits for it sets the pace (the comparison found ZeRO-2 extended 0.5 % short).
-  // And idle time is a sum of non-negative gaps, so in the steady state each window adds some of
-  // every kind or none: a kind that shrank is a lag still being taken up by the schedule's slack
-  // (the comparison found FSDP pipelines whose bubble shrank per period until their slope broke).
-  for (auto field : {&StepResult::pipeline_bubble_s, &StepResult::host_stall_s, &StepResult::dp_comm_exposed_s,
-                     &StepResult::peer_wait_exposed_s, &StepResult::peer_wait_s, &StepResult::exposed_comm_s})
-    if (a.*field - w0.*field < -tol || r.*field - a.*field < -tol) return false;
-  if (r.stream_busy_s.size() != a.stream_busy_s.size()) return false;
-  for (std::size_t i = 0; i < r.stream_busy_s.size(); ++i)
-    if (r.stream_busy_s[i] - a.stream_busy_s[i] > step_growth + tol) return false;
+  // Likewise the streams and every kind of idle time (keeps_pace: a data-parallel stream whose
+  // reduce-scatters outlast the micro-batch falls further behind each period).
+  if (!keeps_pace(w0, a, tol, false) || !keeps_pace(a, r, tol, true)) return false;
   if (!same_growth(w0.step_time_s, a.step_time_s, r.step_time_s) ||
       !same_growth(w0.host_stall_s, a.host_stall_s, r.host_stall_s) ||
       !same_growth(w0.pipeline_bubble_s, a.pipeline_bubble_s, r.pipeline_bubble_s) ||
@@ -3554,8 +3562,7 @@ Settled settled_in(const StepConfig& cfg, std::int64_t c, const StepResult& run)
 // two windows must have waited alike (then only where every length does: the step's first
 // kernels; a random comparison found a loader delay whose peers' hosts were a few launches behind
 // at the end of 8 micro-batches and none at 32: their idle split between host and bubble was
-// extended 39 % off). And what grew_alike asks of any windows: no stream given more work per
-// period than the step grew by, no kind of idle time shrinking.
+// extended 39 % off). And what grew_alike asks of any windows (keeps_pace).
 bool settled_pair(const StepConfig& cfg, std::int64_t b, std::int64_t c, const Settled& st, const StepResult& a,
                   const StepResult& r) {
   const double periods = double(c - b) / double(cfg.parallel.pp);
@@ -3571,14 +3578,7 @@ bool settled_pair(const StepConfig& cfg, std::int64_t b, std::int64_t c, const S
     const std::int64_t host = r.host_end_ps[i] - a.host_end_ps[i];
     if (host != gpu && (host > gpu || std::fabs(r.host_gap_s[i] - a.host_gap_s[i]) > 1e-12)) return false;
   }
-  const double step_growth = r.step_time_s - a.step_time_s;
-  for (auto field : {&StepResult::pipeline_bubble_s, &StepResult::host_stall_s, &StepResult::dp_comm_exposed_s,
-                     &StepResult::peer_wait_exposed_s, &StepResult::peer_wait_s, &StepResult::exposed_comm_s})
-    if (r.*field - a.*field < -tol) return false;
-  if (r.stream_busy_s.size() != a.stream_busy_s.size()) return false;
-  for (std::size_t i = 0; i < r.stream_busy_s.size(); ++i)
-    if (r.stream_busy_s[i] - a.stream_busy_s[i] > step_growth + tol) return false;
-  return !r.failed && !a.failed;
+  return keeps_pace(a, r, tol, true) && !r.failed && !a.failed;
 }
 
 // The figures simulate_step extends linearly from its windows (with the peak's breakdown and every
