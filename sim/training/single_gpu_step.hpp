@@ -116,9 +116,10 @@ struct StepResult {
   double host_gap_total_s = 0;
   // and how long each stream (compute, transfers, collectives' rendezvous) was busy.
   std::vector<double> stream_busy_s;
-  // A pipelined step with a slow GPU, for the check of its windows (step.cpp, settled_in): when
-  // each simulated rank's passes started (picoseconds, in its schedule's order), its host clock at
-  // the end of its launches and its compute stream's idle time waiting for them.
+  // A pipelined step with a slow GPU, for the check of its windows (step.cpp, settled_in; empty in
+  // the results simulate_step and simulate_step_exact hand out): when each simulated rank's passes
+  // started (picoseconds, in its schedule's order), its host clock at the end of its launches and
+  // its compute stream's idle time waiting for them.
   std::vector<std::vector<std::int64_t>> pass_starts_ps;
   std::vector<std::vector<std::uint64_t>> pass_shapes;  // a hash of its tasks' starts and ends from its start
   std::vector<std::int64_t> host_end_ps;

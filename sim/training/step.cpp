@@ -3304,9 +3304,21 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
 }
 }  // namespace
 
+namespace {
+// The lists a pipelined step with a slow GPU records for the check of its windows (settled_in),
+// read by nobody past it: a result handed out keeps none (a plan search holds thousands).
+StepResult without_window_lists(StepResult r) {
+  r.pass_starts_ps = {};
+  r.pass_shapes = {};
+  r.host_end_ps = {};
+  r.host_gap_s = {};
+  return r;
+}
+}  // namespace
+
 StepResult simulate_step_exact(const StepConfig& cfg) {
   TapeCache tapes;
-  return simulate_step_with(cfg, tapes);
+  return without_window_lists(simulate_step_with(cfg, tapes));
 }
 
 std::vector<StepResult> simulate_steps_exact(const StepConfig& cfg, std::span<const std::int64_t> micro_batches) {
@@ -3315,7 +3327,7 @@ std::vector<StepResult> simulate_steps_exact(const StepConfig& cfg, std::span<co
   for (const std::int64_t m : micro_batches) {
     StepConfig c = cfg;
     c.training.global_batch = m * std::max<std::int64_t>(1, cfg.training.micro_batch * cfg.parallel.dp);
-    out.push_back(simulate_step_with(c, tapes));
+    out.push_back(without_window_lists(simulate_step_with(c, tapes)));
   }
   return out;
 }
@@ -3685,11 +3697,8 @@ StepResult simulate_step(const StepConfig& cfg) {
   r.events = std::uint64_t(std::llround(events));
   r.micro_batches = m;
   r.extrapolated_from = win.c;
-  r.pass_starts_ps.clear();  // (the window's own)
-  r.pass_shapes.clear();
-  r.host_end_ps.clear();
-  r.host_gap_s.clear();
   if (r.max_peer_wait_s > cfg.faults.nccl_timeout_s) return simulate_step_exact(cfg);  // name who timed out
+  r = without_window_lists(std::move(r));
   r.required_bytes = required_bytes_of(cfg, r.peak_bytes);
   r.fits = r.required_bytes <= r.capacity_bytes;
   const double tokens = double(cfg.training.global_batch) * double(cfg.training.seq_len);
