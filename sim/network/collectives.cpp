@@ -961,6 +961,18 @@ CollectiveChoice choose_collective(const Topology& topo, const CollectiveSpec& s
   return best;
 }
 
+// A batch run alone from time zero, as it stands once every event at or before `at` has run: each
+// collective's progress and its current phase's flows.
+struct AloneState {
+  struct Run {
+    bool finished = false, started = false;
+    std::size_t next = 0, outstanding = 0;
+    std::vector<FlowNetwork::Snapshot> flows;  // the current phase's, in the phase's order
+  };
+  Time at;
+  std::vector<Run> runs;
+};
+
 // Collectives launched together: their plans, every link they use, and (once needed) how they
 // run alone.
 struct CollectiveBatch {
@@ -969,6 +981,9 @@ struct CollectiveBatch {
   mutable bool timed = false;
   mutable Time first_end, busy_until;  // alone, from the start: the first one's end, the last byte sent
   mutable std::vector<Time> ends;      // alone, from the start: each one's end
+  // Once the batch was first evicted: its states alone, one per instant an event ran at, in time
+  // order (an eviction reads the state of the instant before it instead of replaying the run).
+  mutable std::vector<AloneState> states;
 };
 
 namespace {
@@ -1102,55 +1117,86 @@ void time_alone(FlowNetwork& net, const CollectiveBatch& b) {
   b.timed = true;
 }
 
-// A flow came onto the links of a batch run apart: replay the batch alone up to just before now
-// and carry its unfinished runs, with their flows as they are, onto the network.
+// The batch alone on the private network from time zero, its state kept after each instant.
+void record_alone(FlowNetwork& net, const CollectiveBatch& b) {
+  FlowNetwork& alone = alone_network(net);
+  Simulator& sim = alone.simulator();
+  const auto& plans = b.plans;
+  std::vector<Runner*> runners;
+  std::vector<char> finished(plans.size(), 0);
+  for (std::size_t i = 0; i < plans.size(); ++i)
+    runners.push_back(launch(alone, plans[i], [&finished, i] { finished[i] = 1; }, 1));
+  b.states.clear();
+  for (Time t = sim.next_event_time(); t != Time::max(); t = sim.next_event_time()) {
+    sim.run(t);
+    AloneState& st = b.states.emplace_back();
+    st.at = t;
+    st.runs.resize(plans.size());
+    for (std::size_t i = 0; i < plans.size(); ++i) {
+      AloneState::Run& run = st.runs[i];
+      run.finished = finished[i];
+      if (run.finished) continue;  // its runner is gone
+      const Runner& r = *runners[i];
+      run.started = r.started;
+      run.next = r.next;
+      run.outstanding = r.outstanding;
+      for (FlowId f : r.flows) run.flows.push_back(alone.snapshot(f));
+    }
+  }
+}
+
+// A flow came onto the links of a batch run apart: carry its unfinished runs, as the batch alone
+// stood just before now, with their flows as they were, onto the network.
 void evict(FlowNetwork& net, std::uint32_t slot) {
   PlanMemo& memo = memo_of(net);
   AloneRun x = std::move(memo.runs[slot]);
   memo.runs[slot].watch = nullptr;  // moved out: its ends are told below
   memo.free_run(slot);
   if (!x.fired) net.simulator().cancel(x.event);
-  FlowNetwork& alone = alone_network(net);
-  Simulator& sim = alone.simulator();
+  const CollectiveBatch& b = *x.batch;
   const Time elapsed = net.simulator().now() - x.start;
-  const auto& plans = x.batch->plans;
-  std::vector<Runner*> runners;
-  std::vector<char> finished(plans.size(), 0);
-  for (std::size_t i = 0; i < plans.size(); ++i)
-    runners.push_back(launch(alone, plans[i], [&finished, i] { finished[i] = 1; }, 1));
-  if (elapsed > Time::zero()) sim.run(elapsed - Time::from_ps(1));
-  const std::int64_t offset = x.start.ps();  // the replay started at zero
+  // The state after every event of the run alone before `elapsed` (none ran at zero elapsed: the
+  // runs are launched, not started).
+  const AloneState* st = nullptr;
+  if (elapsed > Time::zero()) {
+    if (b.states.empty()) record_alone(net, b);
+    const auto after = std::upper_bound(b.states.begin(), b.states.end(), elapsed - Time::from_ps(1),
+                                        [](Time t, const AloneState& s) { return t < s.at; });
+    SCALEOUT_CHECK(after != b.states.begin(), "collectives: no state of a run alone before its eviction");
+    st = &*std::prev(after);
+  }
+  const auto& plans = b.plans;
+  const std::int64_t offset = x.start.ps();  // the run alone started at zero
   for (std::size_t i = 0; i < plans.size(); ++i) {
     std::function<void(Time)> ended;
     if (x.watch) ended = [w = x.watch, i](Time t) { w->ended(i, t); };
-    if (finished[i]) {
-      if (ended) ended(x.start + x.batch->ends[i]);
+    if (st && st->runs[i].finished) {
+      if (ended) ended(x.start + b.ends[i]);
       continue;
     }
-    const Runner& r = *runners[i];
     std::function<void()> done = i == 0 && !x.fired ? std::move(x.done) : nullptr;
-    if (!r.started) {
+    if (!st || !st->runs[i].started) {
       launch(net, plans[i], std::move(done), x.priority, std::move(ended));
       continue;
     }
+    const AloneState::Run& r = st->runs[i];
     auto copy = std::make_shared<Runner>();
     copy->net = &net;
-    copy->phases = r.phases;
+    copy->phases = plans[i];
     copy->next = r.next;
     copy->outstanding = r.outstanding;
     copy->started = true;
     copy->done = std::move(done);
     copy->done_priority = x.priority;
     copy->ended = std::move(ended);
-    const Phase& ph = (*r.phases)[r.next - 1];
+    const Phase& ph = (*plans[i])[r.next - 1];
     Runner* self = copy.get();
     for (std::size_t j = 0; j < r.flows.size(); ++j) {
-      const FlowNetwork::Snapshot snap = alone.snapshot(r.flows[j]);
+      const FlowNetwork::Snapshot& snap = r.flows[j];
       copy->flows.push_back(snap.live ? net.adopt(ph[j].links, snap, offset, [self] { self->flow_done(); }) : FlowId(0));
     }
     net.hold(std::move(copy));
   }
-  sim.run();  // the rest, so that the private network is idle again
 }
 
 }  // namespace

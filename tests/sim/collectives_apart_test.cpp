@@ -115,6 +115,61 @@ TEST_CASE("a collective run apart ends exactly where its flows would, whenever a
   }
 }
 
+TEST_CASE("one batch evicted again and again, at other points of its run, ends where its flows would each time",
+          "[network][apart]") {
+  // The first eviction of a batch keeps its states alone, one per instant; later evictions of the
+  // same batch (a step launches it every micro-batch) read them: a mid-phase, a between-phase and
+  // a just-drained point must each come out as a fresh replay would, in any order.
+  const Topology t = build_topology(hgx(2));
+  const std::vector<CollectiveSpec> first = {spec(CollectiveKind::all_reduce, iota(0, 16), 4e8, CollectiveAlgorithm::hierarchical)};
+  const CollectiveSpec second = spec(CollectiveKind::all_reduce, {3, 11}, 2e8, CollectiveAlgorithm::ring);
+  // The plain network's instants of the batch alone, and points between them.
+  std::vector<Time> instants;
+  {
+    Simulator s2;
+    FlowNetwork n2(s2, t);
+    n2.set_apart(false);
+    run_collectives(n2, prepare_collectives(n2, first), [] {});
+    while (!s2.idle()) {
+      const Time t2 = s2.next_event_time();
+      instants.push_back(t2);
+      s2.run(t2);
+    }
+  }
+  REQUIRE(instants.size() >= 4);
+  std::vector<Time> delays;
+  for (std::size_t i = instants.size(); i-- > 1;) {  // late points first, then earlier ones
+    delays.push_back(instants[i]);
+    delays.push_back(instants[i] - Time::from_ps(1));
+    delays.push_back(Time::from_ps((instants[i].ps() + instants[i - 1].ps()) / 2));
+  }
+  delays.push_back(Time::zero());
+  delays.push_back(instants.back() + Time::from_us(1));  // after: no eviction
+  const Time period = Time::from_ps(instants.back().ps() * 4) + Time::from_us(1000);
+  auto run = [&](bool apart) {
+    Simulator sim;
+    FlowNetwork net(sim, t);
+    net.set_apart(apart);
+    const auto batch = prepare_collectives(net, first);  // one batch, launched every round
+    std::vector<Time> ends(2 * delays.size());
+    for (std::size_t k = 0; k < delays.size(); ++k) {
+      const Time at = Time::from_ps(period.ps() * std::int64_t(k));
+      sim.schedule_at(at, [&, k] { run_collectives(net, batch, [&, k] { ends[2 * k] = sim.now(); }); });
+      sim.schedule_at(at + delays[k], [&, k] { run_collective(net, second, [&, k] { ends[2 * k + 1] = sim.now(); }); });
+    }
+    sim.run();
+    return std::pair{ends, net.flows_started()};
+  };
+  const auto [on, on_flows] = run(true);
+  const auto [off, off_flows] = run(false);
+  for (std::size_t k = 0; k < delays.size(); ++k) {
+    INFO("round " << k << ", second collective " << delays[k].ps() << " ps after the batch");
+    CHECK(on[2 * k].ps() == off[2 * k].ps());
+    CHECK(on[2 * k + 1].ps() == off[2 * k + 1].ps());
+  }
+  CHECK(on_flows < off_flows);
+}
+
 TEST_CASE("collectives run apart give the step every figure of the step run all as flows", "[network][apart][step]") {
   auto plan = [](Json parallelism, int nodes, Json extra = Json::object()) {
     Json j = {{"model", {{"arch", "llama"}, {"layers", 8}, {"hidden", 1024}, {"heads", 8}, {"kv_heads", 8}, {"ffn", 4096},
