@@ -961,16 +961,18 @@ CollectiveChoice choose_collective(const Topology& topo, const CollectiveSpec& s
   return best;
 }
 
-// A batch run alone from time zero, as it stands once every event at or before `at` has run: each
-// collective's progress and its current phase's flows.
-struct AloneState {
+// A batch run alone from time zero, as it stands once every event at or before an instant has
+// run: each collective's progress and its current phase's flows (in the phase's order). Kept flat,
+// the states of every instant one after another.
+struct AloneStates {
   struct Run {
     bool finished = false, started = false;
-    std::size_t next = 0, outstanding = 0;
-    std::vector<FlowNetwork::Snapshot> flows;  // the current phase's, in the phase's order
+    std::uint32_t next = 0, outstanding = 0;
+    std::uint32_t first_flow = 0, flows = 0;  // in `snapshots`
   };
-  Time at;
+  std::vector<Time> at;  // the instants, in order; the runs of instant k are runs[k * plans, ...)
   std::vector<Run> runs;
+  std::vector<FlowNetwork::Snapshot> snapshots;
 };
 
 // Collectives launched together: their plans, every link they use, and (once needed) how they
@@ -981,9 +983,9 @@ struct CollectiveBatch {
   mutable bool timed = false;
   mutable Time first_end, busy_until;  // alone, from the start: the first one's end, the last byte sent
   mutable std::vector<Time> ends;      // alone, from the start: each one's end
-  // Once the batch was first evicted: its states alone, one per instant an event ran at, in time
-  // order (an eviction reads the state of the instant before it instead of replaying the run).
-  mutable std::vector<AloneState> states;
+  // Once the batch was first evicted: its states alone, one per instant an event ran at (an
+  // eviction reads the state of the instant before it instead of replaying the run).
+  mutable AloneStates states;
 };
 
 namespace {
@@ -1126,23 +1128,27 @@ void record_alone(FlowNetwork& net, const CollectiveBatch& b) {
   std::vector<char> finished(plans.size(), 0);
   for (std::size_t i = 0; i < plans.size(); ++i)
     runners.push_back(launch(alone, plans[i], [&finished, i] { finished[i] = 1; }, 1));
-  b.states.clear();
+  AloneStates& st = b.states;
+  st = AloneStates{};
   for (Time t = sim.next_event_time(); t != Time::max(); t = sim.next_event_time()) {
     sim.run(t);
-    AloneState& st = b.states.emplace_back();
-    st.at = t;
-    st.runs.resize(plans.size());
+    st.at.push_back(t);
     for (std::size_t i = 0; i < plans.size(); ++i) {
-      AloneState::Run& run = st.runs[i];
+      AloneStates::Run& run = st.runs.emplace_back();
       run.finished = finished[i];
       if (run.finished) continue;  // its runner is gone
       const Runner& r = *runners[i];
       run.started = r.started;
-      run.next = r.next;
-      run.outstanding = r.outstanding;
-      for (FlowId f : r.flows) run.flows.push_back(alone.snapshot(f));
+      run.next = std::uint32_t(r.next);
+      run.outstanding = std::uint32_t(r.outstanding);
+      run.first_flow = std::uint32_t(st.snapshots.size());
+      run.flows = std::uint32_t(r.flows.size());
+      for (FlowId f : r.flows) st.snapshots.push_back(alone.snapshot(f));
     }
   }
+  st.at.shrink_to_fit();
+  st.runs.shrink_to_fit();
+  st.snapshots.shrink_to_fit();
 }
 
 // A flow came onto the links of a batch run apart: carry its unfinished runs, as the batch alone
@@ -1157,29 +1163,29 @@ void evict(FlowNetwork& net, std::uint32_t slot) {
   const Time elapsed = net.simulator().now() - x.start;
   // The state after every event of the run alone before `elapsed` (none ran at zero elapsed: the
   // runs are launched, not started).
-  const AloneState* st = nullptr;
-  if (elapsed > Time::zero()) {
-    if (b.states.empty()) record_alone(net, b);
-    const auto after = std::upper_bound(b.states.begin(), b.states.end(), elapsed - Time::from_ps(1),
-                                        [](Time t, const AloneState& s) { return t < s.at; });
-    SCALEOUT_CHECK(after != b.states.begin(), "collectives: no state of a run alone before its eviction");
-    st = &*std::prev(after);
-  }
   const auto& plans = b.plans;
+  const AloneStates::Run* st = nullptr;  // the runs' states, by plan
+  if (elapsed > Time::zero()) {
+    if (b.states.at.empty()) record_alone(net, b);
+    const auto& at = b.states.at;
+    const auto after = std::upper_bound(at.begin(), at.end(), elapsed - Time::from_ps(1));
+    SCALEOUT_CHECK(after != at.begin(), "collectives: no state of a run alone before its eviction");
+    st = &b.states.runs[std::size_t(after - at.begin() - 1) * plans.size()];
+  }
   const std::int64_t offset = x.start.ps();  // the run alone started at zero
   for (std::size_t i = 0; i < plans.size(); ++i) {
     std::function<void(Time)> ended;
     if (x.watch) ended = [w = x.watch, i](Time t) { w->ended(i, t); };
-    if (st && st->runs[i].finished) {
+    if (st && st[i].finished) {
       if (ended) ended(x.start + b.ends[i]);
       continue;
     }
     std::function<void()> done = i == 0 && !x.fired ? std::move(x.done) : nullptr;
-    if (!st || !st->runs[i].started) {
+    if (!st || !st[i].started) {
       launch(net, plans[i], std::move(done), x.priority, std::move(ended));
       continue;
     }
-    const AloneState::Run& r = st->runs[i];
+    const AloneStates::Run& r = st[i];
     auto copy = std::make_shared<Runner>();
     copy->net = &net;
     copy->phases = plans[i];
@@ -1191,8 +1197,8 @@ void evict(FlowNetwork& net, std::uint32_t slot) {
     copy->ended = std::move(ended);
     const Phase& ph = (*plans[i])[r.next - 1];
     Runner* self = copy.get();
-    for (std::size_t j = 0; j < r.flows.size(); ++j) {
-      const FlowNetwork::Snapshot& snap = r.flows[j];
+    for (std::size_t j = 0; j < r.flows; ++j) {
+      const FlowNetwork::Snapshot& snap = b.states.snapshots[r.first_flow + j];
       copy->flows.push_back(snap.live ? net.adopt(ph[j].links, snap, offset, [self] { self->flow_done(); }) : FlowId(0));
     }
     net.hold(std::move(copy));
