@@ -386,7 +386,7 @@ void FlowNetwork::drained(std::uint32_t s, std::uint32_t gen) {
     if (!v.empty()) mark(l);
   }
   request_solve();
-  if (flow_watched_[s]) tell_watchers(flow_links_[s], flow_start_[s], sim_.now());
+  if (flow_watched_[s]) tell_route_watchers(route_of_[s], flow_start_[s], sim_.now());
   f.state = State::delivering;
   last_drained_ = max(last_drained_, sim_.now());
   schedule_flow(s, sim_.now() + f.latency, true);
@@ -494,6 +494,7 @@ void FlowNetwork::watch(std::span<const LinkId> links, std::uint32_t who) {
     if (std::find(w.begin(), w.end(), who) == w.end()) w.push_back(who);
     watched_[l] = 1;
   }
+  ++watch_version_;
 }
 
 const std::vector<std::pair<Time, Time>>& FlowNetwork::busy(std::uint32_t who) const {
@@ -508,6 +509,31 @@ void FlowNetwork::tell_watchers(std::span<const LinkId> links, Time from, Time t
       auto& b = busy_[who];
       if (b.empty() || b.back() != std::make_pair(from, to)) b.emplace_back(from, to);
     }
+  }
+}
+
+// A flow's watchers, from its route: the distinct watchers of the route's watched links, listed
+// once per route (and again after a watch()) instead of read off every link at every drain. Each
+// is told once, as tell_watchers tells it (there a watcher of several of the links is told at the
+// first, and its list then ends with the interval at the others).
+void FlowNetwork::tell_route_watchers(std::uint32_t route, Time from, Time to) {
+  if (route_watch_stamp_.size() <= route) {
+    route_watch_stamp_.resize(route_links_.size(), 0);
+    route_watchers_.resize(route_links_.size());
+  }
+  auto& ws = route_watchers_[route];
+  if (route_watch_stamp_[route] != watch_version_) {
+    ws.clear();
+    for (LinkId l : route_links_[route]) {
+      if (l >= watched_.size() || !watched_[l]) continue;
+      for (std::uint32_t who : watchers_[l])
+        if (std::find(ws.begin(), ws.end(), who) == ws.end()) ws.push_back(who);
+    }
+    route_watch_stamp_[route] = watch_version_;
+  }
+  for (std::uint32_t who : ws) {
+    auto& b = busy_[who];
+    if (b.empty() || b.back() != std::make_pair(from, to)) b.emplace_back(from, to);
   }
 }
 

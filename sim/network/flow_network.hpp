@@ -173,6 +173,10 @@ class FlowNetwork {
     bool live = false;
   };
   void tell_watchers(std::span<const LinkId> links, Time from, Time to);
+  void tell_route_watchers(std::uint32_t route, Time from, Time to);
+  std::uint32_t watch_version_ = 1;                     // counts watch() calls
+  std::vector<std::uint32_t> route_watch_stamp_;        // by route: the watch_version_ of route_watchers_
+  std::vector<std::vector<std::uint32_t>> route_watchers_;  // by route: its links' distinct watchers
   std::vector<std::vector<std::uint32_t>> watchers_;  // by link; empty until watch()
   std::vector<std::uint8_t> watched_;                 // by link: has watchers (dense, for the scans); empty until watch()
   std::vector<std::vector<std::pair<Time, Time>>> busy_;  // by watcher
