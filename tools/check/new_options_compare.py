@@ -25,6 +25,15 @@
 # Session 27 (ext faults pipes: pipelined plans with a slow GPU or loader only): seed 107, 7 min:
 # 9,061 valid plans, 3,250 extended, none different (seed 105 had found one, fixed before); seed
 # 108 on the session's last build: 8,830 valid, 3,050 extended, none different.
+# Session 28 (ext faults, on the session's last build, 5 min): seed 282, 6,506 plans, 5,248 valid,
+# one different: s282_3820 (Mixtral-like MoE TP 4 x DP 8, EP 4, ZeRO-1 without overlapped grad
+# reduction, one GPU 10 % slow, analytic, 96 micro-batches, extended from the looks 2-4 and 8-10):
+# the step exact, rank 0's peer_wait_s 0.0261 s extended against 0.0208 s simulated in full,
+# max_peer_wait_s 1 % high; the same with session 27's build (pre-existing, not fixed). The two
+# EP groups keep their own paces until the data-parallel reduction; while the healthy group's lead
+# is short several of its buckets wait on the slow group, and once it is long only the first does
+# (the later ones queue behind it on the data-parallel stream), so the waits grow faster in the
+# looks than over the step. The same seed, fold faults: seed 281, 7,884 valid, none different.
 import json, os, random, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plans import random_plan, run_pair, compare
