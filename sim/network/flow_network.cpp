@@ -502,20 +502,23 @@ const std::vector<std::pair<Time, Time>>& FlowNetwork::busy(std::uint32_t who) c
   return who < busy_.size() ? busy_[who] : none;
 }
 
+// One busy interval to a watcher (once: a watcher of several of a flow's links is told at the
+// first, and its list then ends with the interval).
+void FlowNetwork::tell(std::uint32_t who, Time from, Time to) {
+  auto& b = busy_[who];
+  if (b.empty() || b.back() != std::make_pair(from, to)) b.emplace_back(from, to);
+}
+
 void FlowNetwork::tell_watchers(std::span<const LinkId> links, Time from, Time to) {
   for (LinkId l : links) {
     if (l >= watched_.size() || !watched_[l]) continue;
-    for (std::uint32_t who : watchers_[l]) {
-      auto& b = busy_[who];
-      if (b.empty() || b.back() != std::make_pair(from, to)) b.emplace_back(from, to);
-    }
+    for (std::uint32_t who : watchers_[l]) tell(who, from, to);
   }
 }
 
 // A flow's watchers, from its route: the distinct watchers of the route's watched links, listed
-// once per route (and again after a watch()) instead of read off every link at every drain. Each
-// is told once, as tell_watchers tells it (there a watcher of several of the links is told at the
-// first, and its list then ends with the interval at the others).
+// once per route (and again after a watch()) instead of read off every link at every drain; each
+// told once, as tell_watchers tells it.
 void FlowNetwork::tell_route_watchers(std::uint32_t route, Time from, Time to) {
   if (route_watch_stamp_.size() <= route) {
     route_watch_stamp_.resize(route_links_.size(), 0);
@@ -531,10 +534,7 @@ void FlowNetwork::tell_route_watchers(std::uint32_t route, Time from, Time to) {
     }
     route_watch_stamp_[route] = watch_version_;
   }
-  for (std::uint32_t who : ws) {
-    auto& b = busy_[who];
-    if (b.empty() || b.back() != std::make_pair(from, to)) b.emplace_back(from, to);
-  }
+  for (std::uint32_t who : ws) tell(who, from, to);
 }
 
 FlowNetwork::Snapshot FlowNetwork::snapshot(FlowId id) const {

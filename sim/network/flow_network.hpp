@@ -172,6 +172,7 @@ class FlowNetwork {
     Time until;
     bool live = false;
   };
+  void tell(std::uint32_t who, Time from, Time to);
   void tell_watchers(std::span<const LinkId> links, Time from, Time to);
   void tell_route_watchers(std::uint32_t route, Time from, Time to);
   std::uint32_t watch_version_ = 1;                     // counts watch() calls
