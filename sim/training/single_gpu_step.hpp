@@ -124,6 +124,12 @@ struct StepResult {
   std::vector<std::vector<std::uint64_t>> pass_shapes;  // a hash of its tasks' starts and ends from its start
   std::vector<std::int64_t> host_end_ps;
   std::vector<double> host_gap_s;
+  // A step without a pipeline with a slow GPU, for the check of its windows (step.cpp,
+  // same_bindings; empty in the results handed out): per group of collectives, in one order, each
+  // rendezvous in turn as [its arrivals, then per arrival: how many times follow, its host's launch,
+  // the end of each task it waited for] (picoseconds), and where each rendezvous's record starts.
+  std::vector<std::vector<std::int64_t>> arrivals_ps;
+  std::vector<std::vector<std::uint32_t>> arrivals_at;
   std::uint64_t kernels = 0;
   std::uint64_t events = 0;
   std::uint64_t fingerprint = 0;  // FNV-style hash over every task's start and finish, in task order

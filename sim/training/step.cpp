@@ -333,6 +333,7 @@ struct TapeCache {
   std::map<const std::vector<PlanItem>*, std::pair<ChunkPlanner::Pass, std::vector<PlanItem>>> split_passes;
   std::vector<int> records_classes;
   bool records_track_memory = true, records_flow_joins_off = false;
+  bool bindings = false;  // record each rendezvous's arrivals (StepResult::arrivals_ps)
 };
 
 struct RankState {
@@ -3104,6 +3105,23 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     });
     arrivals_of(bar, [&](const Arrival& a) { waited(a.rank, (ex.finish_time(b) - a.at).seconds(), last_rank, a.at); });
   }
+  if (tapes.bindings) {
+    for (const auto& [key, gb] : group_barriers) {
+      std::vector<std::int64_t>& out = res.arrivals_ps.emplace_back();
+      std::vector<std::uint32_t>& at = res.arrivals_at.emplace_back();
+      for (const std::uint32_t bi : gb.by_occurrence) {
+        at.push_back(std::uint32_t(out.size()));
+        const std::size_t head = out.size();
+        out.push_back(0);
+        arrivals_of(barrier_list[bi], [&](const Arrival& a) {
+          ++out[head];
+          out.push_back(std::int64_t(a.after_end - a.after_begin) + 1);
+          out.push_back(a.release.ps());
+          for (std::uint32_t i = a.after_begin; i < a.after_end; ++i) out.push_back(ex.finish_time(after_pool[i]).ps());
+        });
+      }
+    }
+  }
 
   // Idle gaps on each compute stream, attributed to what the next task waited for last; a wait
   // at a collective's barrier is the rank's own lateness up to its arrival, the peers' after.
@@ -3312,6 +3330,8 @@ StepResult without_window_lists(StepResult r) {
   r.pass_shapes = {};
   r.host_end_ps = {};
   r.host_gap_s = {};
+  r.arrivals_ps = {};
+  r.arrivals_at = {};
   return r;
 }
 }  // namespace
@@ -3622,6 +3642,66 @@ bool same_rates(const Windows& w1, const StepResult& a1, const StepResult& r1, c
          same_list(a1.rank_peak_bytes, r1.rank_peak_bytes, a2.rank_peak_bytes, r2.rank_peak_bytes);
 }
 
+// Without a pipeline, replicas joined only by the gradient reduction at the end keep their own
+// paces until it, so with a slow GPU the healthy ones arrive there earlier by a lead that grows
+// each micro-batch. Each rendezvous's arrival is the latest of what it waited for (its host's
+// launch, the tasks before it), and each of those times grows linearly between two windows past
+// the first micro-batches; the extension holds to m micro-batches only while the latest stays
+// the latest, and the last member to arrive the last: a growing lead can overtake what bound a
+// healthy member's arrival before (a random comparison: an MoE plan, TP 4 x DP 8 with EP 4 and
+// ZeRO-1, one GPU 10 % slow: while the healthy expert group's lead was short, its second bucket
+// of the reduction waited for its own gradients and then for the slow group, so two waits grew
+// with the lead; from 50-95 micro-batches on it waited behind the first bucket on its stream,
+// and rank 0's waits, extended from 8-10 micro-batches to 96, came out 25 % high). Rendezvous
+// are matched from the end of each group's list, the first two micro-batches of the shorter
+// window left out; a record that differs in shape fails the check.
+bool same_bindings(const StepConfig& cfg, const Windows& win, const StepResult& a, const StepResult& r) {
+  if (a.arrivals_at.size() != r.arrivals_at.size()) return false;
+  const auto c_b = std::size_t(win.c - win.b);
+  const double k = double(micro_batches_of(cfg) - win.c) / double(c_b);
+  auto ext = [k](std::int64_t xa, std::int64_t xr) { return double(xr) + k * double(xr - xa); };
+  auto tol = [](double x) { return 1.0 + 1e-12 * std::fabs(x); };
+  for (std::size_t g = 0; g < r.arrivals_at.size(); ++g) {
+    const std::vector<std::uint32_t>&sa = a.arrivals_at[g], &sr = r.arrivals_at[g];
+    if (sr.size() < sa.size() || (sr.size() - sa.size()) % c_b != 0) return false;
+    const std::size_t per_mb = (sr.size() - sa.size()) / c_b;
+    const std::size_t n = sa.size() - std::min(sa.size(), 2 * per_mb);
+    const std::vector<std::int64_t>&da = a.arrivals_ps[g], &dr = r.arrivals_ps[g];
+    for (std::size_t j = 1; j <= n; ++j) {
+      const std::size_t ia = sa[sa.size() - j], ir = sr[sr.size() - j];
+      const std::size_t ea = j == 1 ? da.size() : sa[sa.size() - j + 1], er = j == 1 ? dr.size() : sr[sr.size() - j + 1];
+      if (ea - ia != er - ir) return false;
+      const std::int64_t* xa = da.data() + ia;
+      const std::int64_t* xr = dr.data() + ir;
+      if (xa[0] != xr[0]) return false;
+      std::vector<std::array<double, 3>> ats;  // each arrival in the shorter window, the longer, extended
+      std::size_t p = 1;
+      for (std::size_t i = 0; i < std::size_t(xr[0]); ++i) {
+        const auto cnt = std::size_t(xr[p]);
+        if (xa[p] != xr[p] || p + 1 + cnt > er - ir) return false;
+        const std::int64_t* ta = xa + p + 1;
+        const std::int64_t* tr = xr + p + 1;
+        std::size_t best = 0;
+        for (std::size_t q = 1; q < cnt; ++q)
+          if (tr[q] > tr[best]) best = q;
+        const double best_m = ext(ta[best], tr[best]);
+        for (std::size_t q = 0; q < cnt; ++q)
+          if (ta[q] > ta[best] || ext(ta[q], tr[q]) > best_m + tol(best_m)) return false;
+        ats.push_back({double(ta[best]), double(tr[best]), best_m});
+        p += 1 + cnt;
+      }
+      if (p != er - ir) return false;
+      if (ats.empty()) continue;
+      std::size_t last = 0;
+      for (std::size_t i = 1; i < ats.size(); ++i)
+        if (ats[i][1] > ats[last][1]) last = i;
+      for (const auto& x : ats)
+        if (x[0] > ats[last][0] || x[2] > ats[last][2] + tol(ats[last][2])) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 StepResult simulate_step(const StepConfig& cfg) {
@@ -3639,6 +3719,7 @@ StepResult simulate_step(const StepConfig& cfg) {
     return simulate_step_with(c, tapes);
   };
   const bool slow = slow_gpu(cfg);
+  tapes.bindings = slow && cfg.parallel.pp == 1;
   StepResult a, r;
   if (slow && cfg.parallel.pp > 1) {
     // A pipeline with a slow GPU: the longer window first, where its state turned periodic, then
@@ -3678,7 +3759,8 @@ StepResult simulate_step(const StepConfig& cfg) {
       a = with(win.b);
       r = with(win.c);
       if (!grew_alike(win, w0, a, r)) return simulate_step_exact(cfg);
-      if (slow && !same_rates(first, first_a, first_r, win, a, r)) return simulate_step_exact(cfg);
+      if (slow && (!same_rates(first, first_a, first_r, win, a, r) || !same_bindings(cfg, win, a, r)))
+        return simulate_step_exact(cfg);
     }
   }
   const double k = double(m - win.c) / double(win.c - win.b);

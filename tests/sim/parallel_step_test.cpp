@@ -343,6 +343,37 @@ TEST_CASE("without a pipeline, a slowed GPU is extended only where two looks add
   CHECK(simulate_step(short_step).extrapolated_from == 0);
 }
 
+TEST_CASE("without a pipeline, a slow GPU's lead that overtakes what bound a healthy arrival is not extended", "[parallel][extrapolate]") {
+  // Two expert groups (TP 4 x DP 8, EP 4) keep their own paces until ZeRO-1's reduction at the end.
+  // While the healthy group's lead is short its second bucket waits for its own gradients, then for
+  // the slow group: two of rank 0's waits grow with the lead. Later in the step the bucket waits
+  // behind the first on its stream, and only one does: the 8-10 micro-batch windows, extended,
+  // gave rank 0's waits 25 % high (0.0261 s against 0.0208 s). The windows' arrivals show the
+  // lead overtaking the gradients before 96 micro-batches (before 73, the fewest that take both
+  // looks): simulated in full.
+  const Json j = Json::parse(R"({
+    "model": {"arch": "llama", "layers": 4, "hidden": 1024, "heads": 8, "kv_heads": 8, "ffn": 4096, "vocab": 1024,
+              "tied_embeddings": false, "experts": 4, "top_k": 2, "moe_ffn": 1024, "shared_experts": 1},
+    "cluster": {"topology": {"nodes": 4, "gpus_per_node": 8, "node": "nvswitch", "nics_per_node": 1,
+                             "network": "infiniband-ndr", "fabric": "fat-tree", "levels": 2, "switch_radix": 8},
+                "gpu": "h100-sxm"},
+    "training": {"seq_len": 1024, "micro_batch": 1, "global_batch": 768, "precision": "megatron-bf16",
+                 "moe_dispatcher": "deepep", "moe_router": "fake_balanced", "moe_grouped_gemm": false, "kernels": "fused",
+                 "recompute": "selective", "recompute_modules": ["core_attn", "mlp", "layernorm", "moe"]},
+    "parallelism": {"tp": 4, "pp": 1, "dp": 8, "sequence_parallel": false, "ep": 4, "zero": 1, "overlap_grad_reduce": false},
+    "faults": {"stragglers": [{"gpu": 25, "slowdown": 1.1}]},
+    "simulation": {"network": "analytic"}})");
+  const StepConfig c = step_config(parse_scenario(j, "s.json"));
+  REQUIRE(simulated_micro_batches(c) == 10);  // both looks are taken
+  const StepResult exact = simulate_step_exact(c);
+  const StepResult fast = simulate_step(c);
+  CHECK(fast.extrapolated_from == 0);
+  CHECK(fast.peer_wait_s == Approx(exact.peer_wait_s).epsilon(1e-12));
+  CHECK(fast.max_peer_wait_s == Approx(exact.max_peer_wait_s).epsilon(1e-12));
+  CHECK(fast.step_time_s == Approx(exact.step_time_s).epsilon(1e-12));
+  // (The test above extends a slowed GPU's steps whose arrivals keep what bound them.)
+}
+
 TEST_CASE("a pipeline with a slow GPU is extended from two windows once every rank keeps one period", "[parallel][extrapolate]") {
   // Past a transient every simulated rank's passes start one shift apart a period later, the same
   // shift for all: two windows whose cool-downs start past it then grow as any longer step does.

@@ -34,6 +34,9 @@
 # is short several of its buckets wait on the slow group, and once it is long only the first does
 # (the later ones queue behind it on the data-parallel stream), so the waits grow faster in the
 # looks than over the step. The same seed, fold faults: seed 281, 7,884 valid, none different.
+# Session 29: step.cpp's same_bindings (the windows' arrivals at every rendezvous must keep what
+# bound them when extended to m) simulates s282_3820 in full, now exact; ext faults seed 291,
+# 6 min: 6,312 plans, 5,135 valid, none different.
 import json, os, random, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plans import random_plan, run_pair, compare
