@@ -126,10 +126,16 @@ struct StepResult {
   std::vector<double> host_gap_s;
   // A step without a pipeline with a slow GPU, for the check of its windows (step.cpp,
   // same_bindings; empty in the results handed out): per group of collectives, in one order, each
-  // rendezvous in turn as [its arrivals, then per arrival: how many times follow, its host's launch,
-  // the end of each task it waited for] (picoseconds), and where each rendezvous's record starts.
+  // rendezvous in turn as [its arrivals, when it was complete, then per arrival: how many times
+  // follow, its host's launch, the end of each task it waited for] (picoseconds), and where each
+  // rendezvous's record starts.
   std::vector<std::vector<std::int64_t>> arrivals_ps;
   std::vector<std::vector<std::uint32_t>> arrivals_at;
+  // and per simulated rank, each compute kernel in turn as [its launch, the end of the rank's
+  // kernels before it, then per track the latest end of the tasks it waited for there (-1: none)],
+  // and where each starts.
+  std::vector<std::vector<std::int64_t>> tasks_ps;
+  std::vector<std::vector<std::uint32_t>> tasks_at;
   std::uint64_t kernels = 0;
   std::uint64_t events = 0;
   std::uint64_t fingerprint = 0;  // FNV-style hash over every task's start and finish, in task order

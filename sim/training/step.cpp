@@ -3113,6 +3113,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
         at.push_back(std::uint32_t(out.size()));
         const std::size_t head = out.size();
         out.push_back(0);
+        out.push_back(ex.finish_time(barrier_list[bi].task).ps());
         arrivals_of(barrier_list[bi], [&](const Arrival& a) {
           ++out[head];
           out.push_back(std::int64_t(a.after_end - a.after_begin) + 1);
@@ -3159,11 +3160,28 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     return cause;
   };
   std::vector<Time> dp_end(std::size_t(nranks), Time::zero());  // each rank's data-parallel stream's last finish
+  if (tapes.bindings) {
+    res.tasks_ps.resize(std::size_t(nranks));
+    res.tasks_at.resize(std::size_t(nranks));
+  }
   for (TaskId id = 0; id < ex.task_count(); ++id) {
     if (info[id].track == kDpComm) dp_end[std::size_t(info[id].rank)] = max(dp_end[std::size_t(info[id].rank)], ex.finish_time(id));
     if (info[id].track != kCompute) continue;
     const int r = info[id].rank;
     const Time st = ex.start_time(id);
+    if (tapes.bindings) {
+      std::vector<std::int64_t>& out = res.tasks_ps[std::size_t(r)];
+      res.tasks_at[std::size_t(r)].push_back(std::uint32_t(out.size()));
+      // (By the track of what it waited for: a kernel may wait for one task per micro-batch.)
+      out.push_back(ex.release(id).ps());
+      out.push_back(prev_end[r].ps());
+      const std::size_t by_track = out.size();
+      out.resize(by_track + kBarrier + 1, -1);
+      deps_of.for_each(id, [&](TaskId d) {
+        std::int64_t& x = out[by_track + info[d].track];
+        x = std::max(x, ex.finish_time(d).ps());
+      });
+    }
     const double gap = (st - prev_end[r]).seconds();
     prev_end[r] = max(prev_end[r], ex.finish_time(id));
     // A run's kernels waiting for their launches inside it.
@@ -3211,9 +3229,9 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     res.failure = buf;
   }
 
-  // A pipelined step with a slow GPU whose replicas all wait on one another every micro-batch:
-  // each simulated rank's pass starts and shapes (simulate_step's check of its windows, settled_in).
-  if (par.pp > 1 && replicas_coupled(par) && slow_gpu(cfg)) {
+  // A pipelined step with a slow GPU: each simulated rank's pass starts and shapes (simulate_step's
+  // check of its windows, settled_in).
+  if (par.pp > 1 && slow_gpu(cfg)) {
     res.pass_starts_ps.resize(std::size_t(nranks));
     res.pass_shapes.resize(std::size_t(nranks));
     for (int r = 0; r < nranks; ++r) {
@@ -3332,6 +3350,8 @@ StepResult without_window_lists(StepResult r) {
   r.host_gap_s = {};
   r.arrivals_ps = {};
   r.arrivals_at = {};
+  r.tasks_ps = {};
+  r.tasks_at = {};
   return r;
 }
 }  // namespace
@@ -3449,11 +3469,13 @@ Windows windows_of(const StepConfig& cfg) {
   // With a slow GPU: one window of at least 2w and w + 4 pp (room for a transient of about w, two
   // periods, then the cool-down's two) a whole number of periods short of m, where the state must
   // have turned periodic, and a shorter one simulate_step places past the transient it finds there
-  // (settled_in); where the longer alone costs more than half the step, none. Only where every
-  // replica waits on the others every micro-batch (one replica, or expert groups spanning them
-  // all): replicas joined only by the reduction at the end keep their own paces, which no two
-  // windows extend (simulate_step).
-  if (slow && !stall && !replicas_coupled(par)) return {};
+  // (settled_in); where the longer alone costs more than half the step, none. Replicas joined
+  // only by the reduction at the end keep their own paces until it: each must have settled into
+  // its own period, and their arrivals there must keep what bound them (simulate_step). Not on the
+  // flow network, where they share links and how their traffic meets moves with the lead: of four
+  // such survey plans (tools/check/speed_survey.py, seeds 1-2) three settled, yet their steps
+  // grew 0.0002-0.01 % off the slowest replica's shift, and the windows cost more than they saved.
+  if (slow && !stall && !replicas_coupled(par) && cfg.topology) return {};
   if (slow && !stall) {
     const std::int64_t least = std::max(2 * w, w + 4 * d);
     const std::int64_t c = m >= least ? least + (m - least) % d : m;
@@ -3548,18 +3570,21 @@ bool grew_alike(const Windows& win, const StepResult& w0, const StepResult& a, c
 // later, every task made for a pass starting and ending where the same pass's did a period
 // earlier (StepResult::pass_shapes: a random comparison found a TP 4 x PP 2 plan, one GPU 5 %
 // slow, whose passes started periodically from micro-batch 16 while its waits for the slow TP
-// peer inside them settled only at 28), and the shift is the same for every rank, all of which
-// wait on one another every micro-batch (windows_of: one replica, or expert groups spanning them
-// all). A rank keeping its own pace beside a slower peer is a lag still filling the schedule's
+// peer inside them settled only at 28). Where every replica waits on the others every
+// micro-batch (one replica, or expert groups spanning them all) the shift is the same for every
+// rank: a rank keeping its own pace beside a slower peer is a lag still filling the schedule's
 // slack (in a 64-GPU Mixtral plan with one GPU 20 % slow, the replicas joined to the straggler's
-// by their expert groups ran 9 periods at the healthy pace, then slowed over 6 more).
+// by their expert groups ran 9 periods at the healthy pace, then slowed over 6 more). Replicas
+// joined only by the reduction at the end each keep their own shift until it.
 struct Settled {
   std::int64_t from_mb = -1;  // every rank periodic from this micro-batch on (-1: not within the run)
-  std::int64_t shift = 0;     // picoseconds a period
+  std::int64_t shift = 0;     // picoseconds a period (the longest of the ranks')
+  std::vector<std::int64_t> shifts;  // each simulated rank's
 };
 
 Settled settled_in(const StepConfig& cfg, std::int64_t c, const StepResult& run) {
   const std::int64_t pp = cfg.parallel.pp;
+  const bool coupled = replicas_coupled(cfg.parallel);
   Settled out;
   std::int64_t from_mb = 0, shift = -1;
   if (run.pass_shapes.size() != run.pass_starts_ps.size()) return out;
@@ -3570,12 +3595,13 @@ Settled settled_in(const StepConfig& cfg, std::int64_t c, const StepResult& run)
     const std::size_t to = at.size() - std::min(at.size(), 2 * step);  // two periods short: the cool-down's and one
     if (to < 2 * step) return out;
     const std::int64_t s = at[to] - at[to - step];
-    if (shift >= 0 && s != shift) return out;
-    shift = s;
+    if (coupled && shift >= 0 && s != shift) return out;
+    shift = std::max(shift, s);
+    out.shifts.push_back(s);
     const std::vector<std::uint64_t>& shape = run.pass_shapes[r];
     if (shape.size() != at.size() || shape[to] != shape[to - step]) return out;
     std::size_t from = to - step;
-    while (from > 0 && at[from - 1 + step] - at[from - 1] == shift && shape[from - 1 + step] == shape[from - 1]) --from;
+    while (from > 0 && at[from - 1 + step] - at[from - 1] == s && shape[from - 1 + step] == shape[from - 1]) --from;
     if (from + 2 * step > to) return out;  // at least two periods alike
     from_mb = std::max(from_mb, std::int64_t((from + per_mb - 1) / per_mb));
   }
@@ -3587,10 +3613,11 @@ Settled settled_in(const StepConfig& cfg, std::int64_t c, const StepResult& run)
 
 // Windows b < c both past a settled pipeline's transient (their cool-downs start in the periodic
 // state, so each one's end is the other's shifted) must differ as the period makes them: the step
-// by the shift a period, the longest wait for a peer and the peaks not at all. And each rank's
-// host thread, which launches at its own pace (its clock a sum of launch costs), must keep up:
-// at its GPU's pace its lead is part of the periodic state; slower, it will hold its GPU more and
-// more; faster, its lead grows and what waits for its launches can only shrink with it, so the
+// by the shift a period (the slowest replica's), the peaks not at all, nor the longest wait for a
+// peer where every replica waits on the others every micro-batch. And each rank's host thread,
+// which launches at its own pace (its clock a sum of launch costs), must keep up: at its GPU's
+// pace (its replica's) its lead is part of the periodic state; slower, it will hold its GPU more
+// and more; faster, its lead grows and what waits for its launches can only shrink with it, so the
 // two windows must have waited alike (then only where every length does: the step's first
 // kernels; a random comparison found a loader delay whose peers' hosts were a few launches behind
 // at the end of 8 micro-batches and none at 32: their idle split between host and bubble was
@@ -3600,13 +3627,15 @@ bool settled_pair(const StepConfig& cfg, std::int64_t b, std::int64_t c, const S
   const double periods = double(c - b) / double(cfg.parallel.pp);
   const double tol = 1e-9 * std::max(1.0, std::fabs(r.step_time_s));
   if (std::fabs((r.step_time_s - a.step_time_s) - periods * Time::from_ps(st.shift).seconds()) > tol) return false;
-  if (std::fabs(r.max_peer_wait_s - a.max_peer_wait_s) > tol) return false;
+  // (Replicas at two paces: the healthy ones wait at the end for a lead that grows each period.)
+  if (replicas_coupled(cfg.parallel) && std::fabs(r.max_peer_wait_s - a.max_peer_wait_s) > tol) return false;
   if (a.peak_bytes != r.peak_bytes || a.rank_peak_bytes != r.rank_peak_bytes || a.peak_breakdown != r.peak_breakdown) return false;
   const std::size_t n = r.pass_starts_ps.size();
-  if (r.host_end_ps.size() != n || a.host_end_ps.size() != n || r.host_gap_s.size() != n || a.host_gap_s.size() != n)
+  if (r.host_end_ps.size() != n || a.host_end_ps.size() != n || r.host_gap_s.size() != n || a.host_gap_s.size() != n ||
+      st.shifts.size() != n)
     return false;
-  const auto gpu = std::int64_t(std::llround(periods * double(st.shift)));
   for (std::size_t i = 0; i < n; ++i) {
+    const auto gpu = std::int64_t(std::llround(periods * double(st.shifts[i])));
     const std::int64_t host = r.host_end_ps[i] - a.host_end_ps[i];
     if (host != gpu && (host > gpu || std::fabs(r.host_gap_s[i] - a.host_gap_s[i]) > 1e-12)) return false;
   }
@@ -3642,63 +3671,107 @@ bool same_rates(const Windows& w1, const StepResult& a1, const StepResult& r1, c
          same_list(a1.rank_peak_bytes, r1.rank_peak_bytes, a2.rank_peak_bytes, r2.rank_peak_bytes);
 }
 
-// Without a pipeline, replicas joined only by the gradient reduction at the end keep their own
-// paces until it, so with a slow GPU the healthy ones arrive there earlier by a lead that grows
-// each micro-batch. Each rendezvous's arrival is the latest of what it waited for (its host's
-// launch, the tasks before it), and each of those times grows linearly between two windows past
-// the first micro-batches; the extension holds to m micro-batches only while the latest stays
-// the latest, and the last member to arrive the last: a growing lead can overtake what bound a
-// healthy member's arrival before (a random comparison: an MoE plan, TP 4 x DP 8 with EP 4 and
-// ZeRO-1, one GPU 10 % slow: while the healthy expert group's lead was short, its second bucket
-// of the reduction waited for its own gradients and then for the slow group, so two waits grew
-// with the lead; from 50-95 micro-batches on it waited behind the first bucket on its stream,
-// and rank 0's waits, extended from 8-10 micro-batches to 96, came out 25 % high). Rendezvous
-// are matched from the end of each group's list, the first two micro-batches of the shorter
-// window left out; a record that differs in shape fails the check.
-bool same_bindings(const StepConfig& cfg, const Windows& win, const StepResult& a, const StepResult& r) {
-  if (a.arrivals_at.size() != r.arrivals_at.size()) return false;
+// Replicas joined only by the gradient reduction at the end keep their own paces until it, so
+// with a slow GPU the healthy ones arrive there earlier by a lead that grows each micro-batch.
+// Each rendezvous's arrival is the latest of what it waited for (its host's launch, the tasks
+// before it), each compute kernel's start the latest of its launch, the rank's kernels before it
+// and what it waited for, and each of those times grows linearly between two windows past their
+// transient. The extension holds to m micro-batches only while the latest stays the latest (two
+// linear functions ordered at both ends are ordered between them), the last member to arrive the
+// last, and the longest wait the longest: a growing lead can overtake what bound a healthy
+// member's arrival before. Random comparisons: an MoE plan, TP 4 x DP 8 with EP 4 and ZeRO-1,
+// one GPU 10 % slow: while the healthy expert group's lead was short, its second bucket of the
+// reduction waited for its own gradients and then for the slow group, so two waits grew with the
+// lead; from 50-73 micro-batches on it waited behind the first bucket on its stream, and rank 0's
+// waits, extended from 8-10 micro-batches to 96, came out 25 % high. An MoE pipeline, PP 2 x DP
+// 16 with EP 4, host-bound, one GPU 10 % slow: extended from windows of up to 32, a healthy
+// rank's idle time split between host and bubble 39 % and 87 % off (its kernels' launches
+// stopped binding). Records are matched from the end of each group's or rank's list, the shorter
+// window's first skip_mbs micro-batches left out (its transient); a record that differs in shape
+// fails the check.
+bool same_bindings(const StepConfig& cfg, const Windows& win, std::int64_t skip_mbs, const StepResult& a, const StepResult& r) {
   const auto c_b = std::size_t(win.c - win.b);
   const double k = double(micro_batches_of(cfg) - win.c) / double(c_b);
   auto ext = [k](std::int64_t xa, std::int64_t xr) { return double(xr) + k * double(xr - xa); };
   auto tol = [](double x) { return 1.0 + 1e-12 * std::fabs(x); };
-  for (std::size_t g = 0; g < r.arrivals_at.size(); ++g) {
-    const std::vector<std::uint32_t>&sa = a.arrivals_at[g], &sr = r.arrivals_at[g];
-    if (sr.size() < sa.size() || (sr.size() - sa.size()) % c_b != 0) return false;
-    const std::size_t per_mb = (sr.size() - sa.size()) / c_b;
-    const std::size_t n = sa.size() - std::min(sa.size(), 2 * per_mb);
-    const std::vector<std::int64_t>&da = a.arrivals_ps[g], &dr = r.arrivals_ps[g];
-    for (std::size_t j = 1; j <= n; ++j) {
-      const std::size_t ia = sa[sa.size() - j], ir = sr[sr.size() - j];
-      const std::size_t ea = j == 1 ? da.size() : sa[sa.size() - j + 1], er = j == 1 ? dr.size() : sr[sr.size() - j + 1];
-      if (ea - ia != er - ir) return false;
-      const std::int64_t* xa = da.data() + ia;
-      const std::int64_t* xr = dr.data() + ir;
-      if (xa[0] != xr[0]) return false;
-      std::vector<std::array<double, 3>> ats;  // each arrival in the shorter window, the longer, extended
-      std::size_t p = 1;
-      for (std::size_t i = 0; i < std::size_t(xr[0]); ++i) {
-        const auto cnt = std::size_t(xr[p]);
-        if (xa[p] != xr[p] || p + 1 + cnt > er - ir) return false;
-        const std::int64_t* ta = xa + p + 1;
-        const std::int64_t* tr = xr + p + 1;
-        std::size_t best = 0;
-        for (std::size_t q = 1; q < cnt; ++q)
-          if (tr[q] > tr[best]) best = q;
-        const double best_m = ext(ta[best], tr[best]);
-        for (std::size_t q = 0; q < cnt; ++q)
-          if (ta[q] > ta[best] || ext(ta[q], tr[q]) > best_m + tol(best_m)) return false;
-        ats.push_back({double(ta[best]), double(tr[best]), best_m});
-        p += 1 + cnt;
+  // Each list's records (one per rendezvous or task, in order) matched from the end, past the
+  // shorter window's first skip_mbs micro-batches; `each` is given both records, which have the
+  // same length, and says whether they pass.
+  auto matched = [&](const std::vector<std::vector<std::uint32_t>>& at_a, const std::vector<std::vector<std::int64_t>>& ps_a,
+                     const std::vector<std::vector<std::uint32_t>>& at_r, const std::vector<std::vector<std::int64_t>>& ps_r,
+                     auto&& each) {
+    if (at_a.size() != at_r.size() || ps_a.size() != at_a.size() || ps_r.size() != at_r.size()) return false;
+    for (std::size_t g = 0; g < at_r.size(); ++g) {
+      const std::vector<std::uint32_t>&sa = at_a[g], &sr = at_r[g];
+      if (sr.size() < sa.size() || (sr.size() - sa.size()) % c_b != 0) return false;
+      const std::size_t per_mb = (sr.size() - sa.size()) / c_b;
+      const std::size_t n = sa.size() - std::min(sa.size(), std::size_t(skip_mbs) * per_mb);
+      const std::vector<std::int64_t>&da = ps_a[g], &dr = ps_r[g];
+      for (std::size_t j = 1; j <= n; ++j) {
+        const std::size_t ia = sa[sa.size() - j], ir = sr[sr.size() - j];
+        const std::size_t ea = j == 1 ? da.size() : sa[sa.size() - j + 1], er = j == 1 ? dr.size() : sr[sr.size() - j + 1];
+        if (ea - ia != er - ir || !each(da.data() + ia, dr.data() + ir, er - ir)) return false;
       }
-      if (p != er - ir) return false;
-      if (ats.empty()) continue;
-      std::size_t last = 0;
-      for (std::size_t i = 1; i < ats.size(); ++i)
-        if (ats[i][1] > ats[last][1]) last = i;
-      for (const auto& x : ats)
-        if (x[0] > ats[last][0] || x[2] > ats[last][2] + tol(ats[last][2])) return false;
     }
-  }
+    return true;
+  };
+  // Of times ta (shorter window) and tr (longer), the one latest in the longer: it must be latest
+  // in the shorter and, extended, at m. Its three times, or none where it fails.
+  auto latest = [&](const std::int64_t* ta, const std::int64_t* tr, std::size_t cnt) -> std::optional<std::array<double, 3>> {
+    std::size_t best = 0;
+    for (std::size_t q = 1; q < cnt; ++q)
+      if (tr[q] > tr[best]) best = q;
+    const double best_m = ext(ta[best], tr[best]);
+    for (std::size_t q = 0; q < cnt; ++q) {
+      if ((ta[q] < 0) != (tr[q] < 0)) return std::nullopt;  // (-1: none)
+      if (ta[q] > ta[best] || (tr[q] >= 0 && ext(ta[q], tr[q]) > best_m + tol(best_m))) return std::nullopt;
+    }
+    return std::array{double(ta[best]), double(tr[best]), best_m};
+  };
+  double longest_m = 0;  // the longest wait of a member at these rendezvous, extended (ps)
+  std::vector<std::array<double, 3>> ats;  // a rendezvous's arrivals in the shorter window, the longer, extended
+  const bool rendezvous = matched(a.arrivals_at, a.arrivals_ps, r.arrivals_at, r.arrivals_ps,
+                                  [&](const std::int64_t* xa, const std::int64_t* xr, std::size_t len) {
+    if (xa[0] != xr[0]) return false;
+    const std::int64_t fa = xa[1], fr = xr[1];  // when the rendezvous was complete
+    const double fm = ext(fa, fr);
+    ats.clear();
+    std::size_t p = 2;
+    for (std::size_t i = 0; i < std::size_t(xr[0]); ++i) {
+      const auto cnt = std::size_t(xr[p]);
+      if (xa[p] != xr[p] || p + 1 + cnt > len) return false;
+      const auto at = latest(xa + p + 1, xr + p + 1, cnt);
+      if (!at) return false;
+      ats.push_back(*at);
+      p += 1 + cnt;
+    }
+    if (p != len) return false;
+    if (ats.empty()) return true;
+    std::size_t last = 0;
+    for (std::size_t i = 1; i < ats.size(); ++i)
+      if (ats[i][1] > ats[last][1]) last = i;
+    for (const auto& x : ats)
+      if (x[0] > ats[last][0] || x[2] > ats[last][2] + tol(ats[last][2])) return false;
+    // Complete at its last arrival in both windows or in neither (then at its group's previous
+    // rendezvous); each member's wait there, extended.
+    if ((double(fa) == ats[last][0]) != (double(fr) == ats[last][1])) return false;
+    for (const auto& x : ats) longest_m = std::max(longest_m, fm - x[2]);
+    return true;
+  });
+  if (!rendezvous) return false;
+  // Each compute kernel's start: the latest of its launch, the rank's previous kernel and what it
+  // waited for (the idle time before it is told by which).
+  const bool kernels = matched(a.tasks_at, a.tasks_ps, r.tasks_at, r.tasks_ps,
+                               [&](const std::int64_t* xa, const std::int64_t* xr, std::size_t len) {
+    return latest(xa, xr, len).has_value();
+  });
+  if (!kernels) return false;
+  // The longest wait, extended, must be one of these (the longest in both windows) or, where it
+  // did not grow, none of these may outgrow it.
+  const double wa = a.max_peer_wait_s * 1e12, wr = r.max_peer_wait_s * 1e12;
+  const double wm = wr + k * (wr - wa);
+  if (longest_m > wm + tol(wm) * 1e3) return false;
+  if (wr - wa > tol(wr) * 1e3 && longest_m < wm - tol(wm) * 1e3) return false;
   return true;
 }
 
@@ -3719,7 +3792,7 @@ StepResult simulate_step(const StepConfig& cfg) {
     return simulate_step_with(c, tapes);
   };
   const bool slow = slow_gpu(cfg);
-  tapes.bindings = slow && cfg.parallel.pp == 1;
+  tapes.bindings = slow && (cfg.parallel.pp == 1 || !replicas_coupled(cfg.parallel));
   StepResult a, r;
   if (slow && cfg.parallel.pp > 1) {
     // A pipeline with a slow GPU: the longer window first, where its state turned periodic, then
@@ -3734,6 +3807,7 @@ StepResult simulate_step(const StepConfig& cfg) {
     if (win.b == 0) return simulate_step_exact(cfg);
     a = with(win.b);
     if (!settled_pair(cfg, win.b, win.c, st, a, r)) return simulate_step_exact(cfg);
+    if (!replicas_coupled(cfg.parallel) && !same_bindings(cfg, win, st.from_mb + d, a, r)) return simulate_step_exact(cfg);
   } else {
     // The steady state is checked, not assumed: a host clock that runs at nearly the pipeline's
     // rate, or a straggler its peers wait for, can take many micro-batches to settle. Three equally
@@ -3759,7 +3833,7 @@ StepResult simulate_step(const StepConfig& cfg) {
       a = with(win.b);
       r = with(win.c);
       if (!grew_alike(win, w0, a, r)) return simulate_step_exact(cfg);
-      if (slow && (!same_rates(first, first_a, first_r, win, a, r) || !same_bindings(cfg, win, a, r)))
+      if (slow && (!same_rates(first, first_a, first_r, win, a, r) || !same_bindings(cfg, win, 2, a, r)))
         return simulate_step_exact(cfg);
     }
   }
