@@ -36,7 +36,14 @@
 # looks than over the step. The same seed, fold faults: seed 281, 7,884 valid, none different.
 # Session 29: step.cpp's same_bindings (the windows' arrivals at every rendezvous must keep what
 # bound them when extended to m) simulates s282_3820 in full, now exact; ext faults seed 291,
-# 6 min: 6,312 plans, 5,135 valid, none different.
+# 6 min: 6,312 plans, 5,135 valid, none different. Then pipelines whose replicas keep their own
+# paces (analytic network) were extended too: ext faults pipes seed 292 found four plans whose
+# max_peer_wait_s came out 1-1.5 % short (the longest wait changed; now checked), seed 293 one
+# host-bound MoE pipeline whose idle split between host and bubble was 39 % and 87 % off (a
+# kernel's launch stopped binding; every compute kernel's start now checked). On the builds
+# after each fix: pipes seed 294 (7 min) 7,422 valid, none different; pipes seed 296 (5 min)
+# 5,517 valid, 1,184 analytic and 1,186 flow extended, none different; ext faults seed 295
+# 5,363 valid and seed 297 (the session's last build) 3,862 valid, none different.
 import json, os, random, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plans import random_plan, run_pair, compare
