@@ -124,11 +124,11 @@ struct StepResult {
   std::vector<std::vector<std::uint64_t>> pass_shapes;  // a hash of its tasks' starts and ends from its start
   std::vector<std::int64_t> host_end_ps;
   std::vector<double> host_gap_s;
-  // A step without a pipeline with a slow GPU, for the check of its windows (step.cpp,
-  // same_bindings; empty in the results handed out): per group of collectives, in one order, each
-  // rendezvous in turn as [its arrivals, when it was complete, then per arrival: how many times
-  // follow, its host's launch, the end of each task it waited for] (picoseconds), and where each
-  // rendezvous's record starts.
+  // A step with a slow GPU, without a pipeline or with replicas joined only by the reduction at the
+  // end, for the check of its windows (step.cpp, same_bindings; empty in the results handed out):
+  // per group of collectives, in one order, each rendezvous in turn as [its arrivals, when it was
+  // complete, then per arrival: how many times follow, its host's launch, the end of each task it
+  // waited for] (picoseconds), and where each rendezvous's record starts.
   std::vector<std::vector<std::int64_t>> arrivals_ps;
   std::vector<std::vector<std::uint32_t>> arrivals_at;
   // and per simulated rank, each compute kernel in turn as [its launch, the end of the rank's

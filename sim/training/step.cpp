@@ -333,7 +333,10 @@ struct TapeCache {
   std::map<const std::vector<PlanItem>*, std::pair<ChunkPlanner::Pass, std::vector<PlanItem>>> split_passes;
   std::vector<int> records_classes;
   bool records_track_memory = true, records_flow_joins_off = false;
-  bool bindings = false;  // record each rendezvous's arrivals (StepResult::arrivals_ps)
+  // The lists simulate_step's checks of a slow GPU's windows read, recorded only in those windows:
+  // each rank's passes (StepResult::pass_starts_ps, settled_in) and what bound each rendezvous's
+  // arrivals and each kernel's start (StepResult::arrivals_ps and tasks_ps, same_bindings).
+  bool passes = false, bindings = false;
 };
 
 struct RankState {
@@ -3231,7 +3234,7 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
 
   // A pipelined step with a slow GPU: each simulated rank's pass starts and shapes (simulate_step's
   // check of its windows, settled_in).
-  if (par.pp > 1 && slow_gpu(cfg)) {
+  if (tapes.passes) {
     res.pass_starts_ps.resize(std::size_t(nranks));
     res.pass_shapes.resize(std::size_t(nranks));
     for (int r = 0; r < nranks; ++r) {
@@ -3792,11 +3795,12 @@ StepResult simulate_step(const StepConfig& cfg) {
     return simulate_step_with(c, tapes);
   };
   const bool slow = slow_gpu(cfg);
-  tapes.bindings = slow && (cfg.parallel.pp == 1 || !replicas_coupled(cfg.parallel));
   StepResult a, r;
   if (slow && cfg.parallel.pp > 1) {
     // A pipeline with a slow GPU: the longer window first, where its state turned periodic, then
     // the shorter window whose cool-down starts past that (settled_in, settled_pair).
+    tapes.passes = true;
+    tapes.bindings = !replicas_coupled(cfg.parallel);
     r = with(win.c);
     if (r.state_outgrows_memory) return r;
     const Settled st = settled_in(cfg, win.c, r);
@@ -3830,6 +3834,7 @@ StepResult simulate_step(const StepConfig& cfg) {
       win = later_windows(cfg, win);
       if (win.c == 0) return simulate_step_exact(cfg);
       w0 = with(win.a);
+      tapes.bindings = slow;  // (same_bindings reads the last two)
       a = with(win.b);
       r = with(win.c);
       if (!grew_alike(win, w0, a, r)) return simulate_step_exact(cfg);
