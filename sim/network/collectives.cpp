@@ -980,6 +980,10 @@ struct AloneStates {
 struct CollectiveBatch {
   std::vector<std::shared_ptr<const std::vector<Phase>>> plans;
   std::vector<LinkId> links;  // sorted, once each
+  // `links` named on the network that reserves them (FlowNetwork::link_set and serial), once it
+  // first did.
+  mutable std::uint64_t link_set_net = 0;
+  mutable std::uint32_t link_set = 0;
   mutable bool timed = false;
   mutable Time first_end, busy_until;  // alone, from the start: the first one's end, the last byte sent
   mutable std::vector<Time> ends;      // alone, from the start: each one's end
@@ -1251,7 +1255,11 @@ void run_collectives(FlowNetwork& net, const std::shared_ptr<const CollectiveBat
           if (d) d();
         },
         priority);
-    net.reserve(b->links, x.until, [&net, slot] { evict(net, slot); });
+    if (b->link_set_net != net.serial()) {
+      b->link_set = net.link_set(b->links);
+      b->link_set_net = net.serial();
+    }
+    net.reserve(b->link_set, x.until, [&net, slot] { evict(net, slot); });
     return;
   }
   for (std::size_t i = 0; i < b->plans.size(); ++i) {

@@ -8,7 +8,11 @@
 
 namespace scaleout {
 
-FlowNetwork::FlowNetwork(Simulator& sim, const Topology& topo) : sim_(sim), topo_(topo) {
+namespace {
+std::atomic<std::uint64_t> networks_made{0};
+}  // namespace
+
+FlowNetwork::FlowNetwork(Simulator& sim, const Topology& topo) : sim_(sim), topo_(topo), serial_(++networks_made) {
   const std::size_t n = topo.link_count();
   capacity_.resize(n);
   for (std::size_t l = 0; l < n; ++l) capacity_[l] = topo.link(LinkId(l)).capacity();
@@ -440,8 +444,17 @@ bool FlowNetwork::idle(std::span<const LinkId> links) const {
 }
 
 void FlowNetwork::reserve(std::span<const LinkId> links, Time until, std::function<void()> evict) {
+  if (book(links, until, std::move(evict))) tell_watchers(links, sim_.now(), until);
+}
+
+void FlowNetwork::reserve(std::uint32_t set, Time until, std::function<void()> evict) {
+  SCALEOUT_CHECK(set < route_links_.size(), "flow network: unknown link set");
+  if (book(route_links_[set], until, std::move(evict))) tell_route_watchers(set, sim_.now(), until);
+}
+
+bool FlowNetwork::book(std::span<const LinkId> links, Time until, std::function<void()> evict) {
   const Time now = sim_.now();
-  if (until <= now || links.empty()) return;
+  if (until <= now || links.empty()) return false;
   // Reservations that lapsed give their slots back.
   while (!res_expiry_.empty() && std::get<0>(res_expiry_.front()) <= now) {
     const auto [t, slot, gen] = res_expiry_.front();
@@ -467,9 +480,9 @@ void FlowNetwork::reserve(std::span<const LinkId> links, Time until, std::functi
     link_res_[l] = {slot, r.generation, until};
     seen = seen || (!watched_.empty() && watched_[l]);
   }
-  if (seen) tell_watchers(links, now, until);
   res_expiry_.emplace_back(until, slot, r.generation);
   std::push_heap(res_expiry_.begin(), res_expiry_.end(), std::greater<>());
+  return seen;
 }
 
 void FlowNetwork::evict_reservations(std::span<const LinkId> links) {

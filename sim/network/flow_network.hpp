@@ -30,6 +30,7 @@
 // until its last byte leaves instead of running its flows here; the first flow started on a
 // reserved link first evicts the reservation, whose owner must adopt() its flows in the state the
 // run apart had reached by then, so the network continues exactly as if they had run here.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -85,6 +86,13 @@ class FlowNetwork {
   // Reserves `links` until `until` (exclusive); `evict` runs once if a flow starts on one of them
   // before then (the reservation is gone by the time it runs).
   void reserve(std::span<const LinkId> links, Time until, std::function<void()> evict);
+  // The same for a set of links named once (link_set) and reserved many times: its watchers are
+  // listed once per set (and again after a watch()) instead of read off every link at every
+  // reservation.
+  std::uint32_t link_set(std::span<const LinkId> links) { return intern_route(links, kNoCap); }
+  // Unique to this network in the process (ids such as link_set's mean nothing on another).
+  std::uint64_t serial() const { return serial_; }
+  void reserve(std::uint32_t set, Time until, std::function<void()> evict);
 
   // A flow's state, for carrying a flow from one network to another (times are absolute in the
   // network it was taken from; `event_at` is when its last byte leaves or, delivering, arrives).
@@ -160,6 +168,8 @@ class FlowNetwork {
   void schedule_flow(std::uint32_t slot, Time at, bool delivering);
   void evict_reservations(std::span<const LinkId> links);
   bool reserved(LinkId l) const;  // by a reservation that has not lapsed
+  // Books `links` until `until`; true when one of them is watched.
+  bool book(std::span<const LinkId> links, Time until, std::function<void()> evict);
   void free_reservation(std::uint32_t slot);
 
   struct LinkReservation {
@@ -194,6 +204,7 @@ class FlowNetwork {
 
   Simulator& sim_;
   const Topology& topo_;
+  std::uint64_t serial_;
 
   std::vector<Flow> flows_;
   std::vector<std::vector<LinkId>> flow_links_;  // per slot; capacity kept when the slot is reused
