@@ -110,6 +110,7 @@ struct StepResult {
   bool failed = false;
   std::string failure;
   std::int64_t extrapolated_from = 0;  // > 0: simulated over this many micro-batches and extended linearly
+  std::int64_t extrapolated_base = 0;  // then: by its growth over the run of this many (a shorter window)
   // For the extrapolation's check: the latest host clock of any simulated rank at the end of
   // its launches, and every rank's compute-stream idle time waiting for launches.
   double host_clock_max_s = 0;

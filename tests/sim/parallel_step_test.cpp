@@ -244,6 +244,33 @@ TEST_CASE("long accumulation is extrapolated from two windows and agrees with th
   }
 }
 
+TEST_CASE("a pipeline that settles early is extended from two of its three windows", "[parallel][extrapolate]") {
+  // Without a slow GPU a pipeline's windows are a < b < c (16, 20 and 48 micro-batches under PP 4;
+  // 16, 24 and 48 under PP 8). Where c's passes are periodic from before the first of a and b that
+  // starts its cool-down two periods past the start (a under PP 4, b under PP 8), that one and c
+  // are a settled pair and the third is not simulated; the extension is the exact step.
+  for (const std::int64_t pp : {4, 8}) {
+    INFO("PP " << pp);
+    StepConfig c = uniform(8, pp, 128, PipelineSchedule::one_f_one_b);
+    c.model.hidden = 256;
+    c.model.ffn = 1024;
+    c.training.seq_len = 256;
+    c.parallel.dp = 2;  // with DDP buckets at the end of the step
+    c.training.global_batch = 2 * 128;
+    REQUIRE(simulated_micro_batches(c) == 48);
+    const StepResult exact = simulate_step_exact(c);
+    const StepResult fast = simulate_step(c);
+    CHECK(fast.extrapolated_from == 48);
+    CHECK(fast.extrapolated_base == (pp == 4 ? 16 : 24));
+    CHECK(fast.step_time_s == Approx(exact.step_time_s).epsilon(1e-9));
+    CHECK(fast.pipeline_bubble_s == Approx(exact.pipeline_bubble_s).epsilon(1e-9).margin(1e-12));
+    CHECK(fast.compute_s == Approx(exact.compute_s).epsilon(1e-9));
+    CHECK(fast.dp_comm_total_s == Approx(exact.dp_comm_total_s).epsilon(1e-9));
+    CHECK(fast.pp_comm_s == Approx(exact.pp_comm_s).epsilon(1e-9));
+    CHECK(fast.peak_bytes == exact.peak_bytes);
+  }
+}
+
 TEST_CASE("accumulation lengths simulated together equal each simulated alone", "[parallel][extrapolate]") {
   // simulate_steps_exact shares the planned kernels between lengths (the single-GPU baseline's
   // 1 and 2 micro-batches): every figure must be what a call per length gives.

@@ -39,7 +39,7 @@ while time.time() - t0 < budget:
         continue
     a, b = pair
     out = []
-    compare(a, b, '', out, ('events', 'event_fingerprint', 'simulated_ranks', 'waited_for_gpu', 'simulated_micro_batches', 'kernels'), 1e-12)
+    compare(a, b, '', out, ('events', 'event_fingerprint', 'simulated_ranks', 'waited_for_gpu', 'simulated_micro_batches', 'extended_from_micro_batches', 'kernels'), 1e-12)
     ranks = a.get('simulated_micro_batches', 0)
     if out:
         stats['diff'] += 1

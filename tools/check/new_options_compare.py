@@ -56,6 +56,9 @@ r4 = random.Random(seed + 3000)
 # the draws otherwise unchanged: the settled-pipeline extension's check (step.cpp, settled_in).
 pipes = 'pipes' in sys.argv[5:]
 r5 = random.Random(seed + 4000)
+# calm (with pipes): the same pipelined plans without a slow GPU: healthy, or (half of those with
+# link faults drawn) a slow link: the windows that a and c alone may extend (step.cpp).
+calm = 'calm' in sys.argv[5:]
 t0 = time.time(); n = 0; stats = {}
 os.makedirs('/tmp/nc', exist_ok=True)
 while time.time() - t0 < budget:
@@ -94,7 +97,9 @@ while time.time() - t0 < budget:
     elif with_faults:
         if links and r4.random() < 0.5: faults['links'] = links
         if r4.random() < 0.7 or 'links' not in faults: faults['stragglers'] = [{'gpu': r4.randrange(G), 'slowdown': r4.choice([1.1, 1.2, 1.3])}]
-    if pipes:
+    if pipes and calm:
+        faults = {'links': links} if links and r5.random() < 0.5 else {}
+    elif pipes:
         st = {'gpu': r5.randrange(G)}
         if r5.random() < 0.8: st['slowdown'] = r5.choice([1.05, 1.1, 1.2, 1.3])
         else: st['loader_delay'] = r5.choice(['1 ms', '5 ms', '20 ms'])
@@ -114,7 +119,7 @@ while time.time() - t0 < budget:
     pair = run_pair(BIN, f, a, b)
     if pair is None: stats['invalid'] = stats.get('invalid', 0) + 1; continue
     out = []
-    compare(pair[0], pair[1], '', out, ('events', 'event_fingerprint', 'simulated_ranks', 'waited_for_gpu', 'simulated_micro_batches', 'kernels'), 1e-12)
+    compare(pair[0], pair[1], '', out, ('events', 'event_fingerprint', 'simulated_ranks', 'waited_for_gpu', 'simulated_micro_batches', 'extended_from_micro_batches', 'kernels'), 1e-12)
     k = ('diff' if out else 'same') + '_' + net
     stats[k] = stats.get(k, 0) + 1
     if pipes and pair[0].get('simulated_micro_batches', mbs) < mbs: stats['extended_' + net] = stats.get('extended_' + net, 0) + 1
