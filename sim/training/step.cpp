@@ -3450,7 +3450,9 @@ Windows windows_of(const StepConfig& cfg) {
   // the third about 2w further, so that a host clock or a straggler still settling after w shows
   // as unequal growth (review finding: windows only pp apart missed a host stall that stopped
   // growing at 34 micro-batches). The first window is placed so that m lies a whole number of
-  // periods past the last: a growth that alternates within the period extends exactly. Under a
+  // periods past the last: a growth that alternates within the period extends exactly (where the
+  // third's passes show the state settled before the first or second window's cool-down, those
+  // two alone are extended and the other is not simulated: simulate_step). Under a
   // pipeline a straggler's lag hides in the schedule's slack for many micro-batches before its
   // peers wait (review finding: -0.9 % at 200), and a GPU's wait can change slope after 80-100
   // micro-batches (session 19: Llama TP 1 x PP 2 x DP 2, one GPU 5 % slow): windows that grew

@@ -68,7 +68,10 @@ Json result_json(const Scenario& s, const StepResult& r, double baseline_tokens_
        }()},
       {"profile", s.profile.name},
   };
-  if (r.extrapolated_from > 0) j["simulated_micro_batches"] = r.extrapolated_from;
+  if (r.extrapolated_from > 0) {
+    j["simulated_micro_batches"] = r.extrapolated_from;
+    j["extended_from_micro_batches"] = r.extrapolated_base;
+  }
   if (!s.faults.stragglers.empty() || !s.link_faults.empty() || r.simulated_ranks > s.parallelism.pp) {
     j["simulated_ranks"] = r.simulated_ranks;
     Json f = {{"peer_wait_s", r.peer_wait_s}, {"peer_wait_exposed_s", r.peer_wait_exposed_s},
@@ -145,7 +148,9 @@ void write_text_report(std::ostream& os, const Scenario& s, const StepResult& r,
        << " efficiency\n";
   if (r.micro_batches > 1) {
     os << "  (" << r.micro_batches << " micro-batches accumulated per step";
-    if (r.extrapolated_from > 0) os << "; the steady state of " << r.extrapolated_from << " simulated and extended linearly";
+    if (r.extrapolated_from > 0)
+      os << "; the steady state of " << r.extrapolated_from << " simulated and extended linearly (its growth since "
+         << r.extrapolated_base << ")";
     os << ")\n";
   }
   if (!s.faults.stragglers.empty() || !s.link_faults.empty() || r.simulated_ranks > s.parallelism.pp) {
