@@ -8,8 +8,41 @@ namespace scaleout {
 
 namespace {
 constexpr int kSlotBits = 32;
-auto greater = [](const auto& a, const auto& b) { return a > b; };
+// Four children a node: half the levels of a binary heap, and a node's children in two cache
+// lines; the order of (time, priority, insertion counter) is total, so events come out in the
+// same order from any heap.
+constexpr std::size_t kArity = 4;
 }  // namespace
+
+void EventQueue::sift_up(std::size_t i, Key k) {
+  while (i > 0) {
+    const std::size_t parent = (i - 1) / kArity;
+    if (!(heap_[parent] > k)) break;
+    heap_[i] = heap_[parent];
+    i = parent;
+  }
+  heap_[i] = k;
+}
+
+void EventQueue::pop_top() {
+  const Key last = heap_.back();
+  heap_.pop_back();
+  const std::size_t n = heap_.size();
+  if (n == 0) return;
+  std::size_t i = 0;
+  for (;;) {
+    const std::size_t first = kArity * i + 1;
+    if (first >= n) break;
+    const std::size_t end = std::min(first + kArity, n);
+    std::size_t least = first;
+    for (std::size_t c = first + 1; c < end; ++c)
+      if (heap_[least] > heap_[c]) least = c;
+    if (!(last > heap_[least])) break;
+    heap_[i] = heap_[least];
+    i = least;
+  }
+  heap_[i] = last;
+}
 
 // An EventId packs the insertion counter (high bits) and the slot (low bits), so a stale id whose
 // slot was reused is recognised and cancel() of it is a no-op.
@@ -24,8 +57,8 @@ EventId EventQueue::push(Time at, std::int64_t priority, EventFn fn) {
   }
   const std::uint64_t seq = next_seq_++;
   slots_[slot] = Slot{std::move(fn), seq, true};
-  heap_.push_back(Key{at, priority, seq, slot});
-  std::push_heap(heap_.begin(), heap_.end(), greater);
+  heap_.emplace_back();
+  sift_up(heap_.size() - 1, Key{at, priority, seq, slot});
   ++live_;
   return (seq << kSlotBits) | slot;
 }
@@ -49,8 +82,7 @@ void EventQueue::drop_dead_top() {
     if (s.live && s.seq == top.seq) return;
     const std::uint32_t slot = top.slot;
     const bool reusable = !s.live && s.seq == top.seq;
-    std::pop_heap(heap_.begin(), heap_.end(), greater);
-    heap_.pop_back();
+    pop_top();
     if (reusable) free_slots_.push_back(slot);
   }
 }
@@ -64,8 +96,7 @@ bool EventQueue::pop(Time& at, EventFn& fn) {
   drop_dead_top();
   if (heap_.empty()) return false;
   const Key top = heap_.front();
-  std::pop_heap(heap_.begin(), heap_.end(), greater);
-  heap_.pop_back();
+  pop_top();
   Slot& s = slots_[top.slot];
   SCALEOUT_CHECK(s.live && s.seq == top.seq, "event queue: popped a dead event");
   at = top.at;

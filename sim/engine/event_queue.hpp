@@ -1,5 +1,5 @@
 #pragma once
-// Deterministic event queue: a binary heap keyed by (time, priority, insertion counter), so events
+// Deterministic event queue: a 4-ary heap keyed by (time, priority, insertion counter), so events
 // at the same time and priority run first in, first out (the ns-3 / SST ordering). Cancellation
 // marks a tombstone; the cancelled event is dropped when it reaches the top.
 #include <cstdint>
@@ -41,6 +41,8 @@ class EventQueue {
     bool live = false;
   };
   void drop_dead_top();
+  void sift_up(std::size_t i, Key k);
+  void pop_top();  // removes heap_[0]
 
   std::vector<Key> heap_;
   std::vector<Slot> slots_;
