@@ -44,6 +44,12 @@
 # after each fix: pipes seed 294 (7 min) 7,422 valid, none different; pipes seed 296 (5 min)
 # 5,517 valid, 1,184 analytic and 1,186 flow extended, none different; ext faults seed 295
 # 5,363 valid and seed 297 (the session's last build) 3,862 valid, none different.
+# Session 30 (ext pipes calm: the pipelined plans without a slow GPU, for the extension of a
+# healthy pipeline from two of its windows): seed 300 found six flow plans with a slow link
+# extended 1-6 % off in data-parallel time and longest wait (passes settled, the step's end not;
+# now checked); seed 301, 10 min, on the committed build: 16,040 valid, 4,042 extended (1,686
+# analytic, 2,356 flow), two 4e-9 and 2e-9 apart in max_peer_wait_s (picoseconds; the same in the
+# build before).
 import json, os, random, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plans import random_plan, run_pair, compare
