@@ -333,9 +333,10 @@ struct TapeCache {
   std::map<const std::vector<PlanItem>*, std::pair<ChunkPlanner::Pass, std::vector<PlanItem>>> split_passes;
   std::vector<int> records_classes;
   bool records_track_memory = true, records_flow_joins_off = false;
-  // The lists simulate_step's checks of a slow GPU's windows read, recorded only in those windows:
-  // each rank's passes (StepResult::pass_starts_ps, settled_in) and what bound each rendezvous's
-  // arrivals and each kernel's start (StepResult::arrivals_ps and tasks_ps, same_bindings).
+  // The lists simulate_step's checks of its windows read, recorded only in those windows: each
+  // rank's passes in a pipeline's (StepResult::pass_starts_ps, settled_in) and, with a slow GPU,
+  // what bound each rendezvous's arrivals and each kernel's start (StepResult::arrivals_ps and
+  // tasks_ps, same_bindings).
   bool passes = false, bindings = false;
 };
 
@@ -3232,8 +3233,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     res.failure = buf;
   }
 
-  // A pipelined step with a slow GPU: each simulated rank's pass starts and shapes (simulate_step's
-  // check of its windows, settled_in).
+  // A pipelined step's windows: each simulated rank's pass starts and shapes (simulate_step's check
+  // of its windows, settled_in).
   if (tapes.passes) {
     res.pass_starts_ps.resize(std::size_t(nranks));
     res.pass_shapes.resize(std::size_t(nranks));
@@ -3344,8 +3345,8 @@ StepResult simulate_step_with(const StepConfig& cfg, TapeCache& tapes) {
 }  // namespace
 
 namespace {
-// The lists a pipelined step with a slow GPU records for the check of its windows (settled_in),
-// read by nobody past it: a result handed out keeps none (a plan search holds thousands).
+// The lists a step's windows record for their checks (settled_in, settled_pair, same_bindings),
+// read by nobody past them: a result handed out keeps none (a plan search holds thousands).
 StepResult without_window_lists(StepResult r) {
   r.pass_starts_ps = {};
   r.pass_shapes = {};
@@ -3827,6 +3828,7 @@ StepResult simulate_step(const StepConfig& cfg) {
       a = std::move(x);
       win.b = first;
     } else {
+      tapes.passes = false;  // (grew_alike reads none)
       StepResult w0 = first == win.a ? std::move(x) : with(win.a);
       a = first == win.b ? std::move(x) : with(win.b);
       if (!grew_alike(win, w0, a, r)) return simulate_step_exact(cfg);
