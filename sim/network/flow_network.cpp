@@ -444,12 +444,15 @@ bool FlowNetwork::idle(std::span<const LinkId> links) const {
 }
 
 void FlowNetwork::reserve(std::span<const LinkId> links, Time until, std::function<void()> evict) {
-  if (book(links, until, std::move(evict))) tell_watchers(links, sim_.now(), until);
+  if (!book(links, until, std::move(evict)) || watched_.empty()) return;
+  if (std::any_of(links.begin(), links.end(), [this](LinkId l) { return watched_[l] != 0; }))
+    tell_watchers(links, sim_.now(), until);
 }
 
 void FlowNetwork::reserve(std::uint32_t set, Time until, std::function<void()> evict) {
   SCALEOUT_CHECK(set < route_links_.size(), "flow network: unknown link set");
-  if (book(route_links_[set], until, std::move(evict))) tell_route_watchers(set, sim_.now(), until);
+  // (A set none of whose links is watched has no watchers to tell.)
+  if (book(route_links_[set], until, std::move(evict)) && !watched_.empty()) tell_route_watchers(set, sim_.now(), until);
 }
 
 bool FlowNetwork::book(std::span<const LinkId> links, Time until, std::function<void()> evict) {
@@ -474,15 +477,13 @@ bool FlowNetwork::book(std::span<const LinkId> links, Time until, std::function<
   r.evict = std::move(evict);
   r.until = until;
   r.live = true;
-  bool seen = false;  // by a watcher
   for (LinkId l : links) {
     SCALEOUT_CHECK(l < link_res_.size(), "flow network: unknown link");
     link_res_[l] = {slot, r.generation, until};
-    seen = seen || (!watched_.empty() && watched_[l]);
   }
   res_expiry_.emplace_back(until, slot, r.generation);
   std::push_heap(res_expiry_.begin(), res_expiry_.end(), std::greater<>());
-  return seen;
+  return true;
 }
 
 void FlowNetwork::evict_reservations(std::span<const LinkId> links) {

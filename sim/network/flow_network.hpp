@@ -168,7 +168,7 @@ class FlowNetwork {
   void schedule_flow(std::uint32_t slot, Time at, bool delivering);
   void evict_reservations(std::span<const LinkId> links);
   bool reserved(LinkId l) const;  // by a reservation that has not lapsed
-  // Books `links` until `until`; true when one of them is watched.
+  // Books `links` until `until`; false where nothing was booked (already lapsed, or no links).
   bool book(std::span<const LinkId> links, Time until, std::function<void()> evict);
   void free_reservation(std::uint32_t slot);
 
