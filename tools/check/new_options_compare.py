@@ -52,7 +52,7 @@
 # build before).
 import json, os, random, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from plans import random_plan, run_pair, compare
+from plans import random_plan, run_pair, compare, EXTENSION_SKIP
 BIN, seed, budget, mode = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 rng = random.Random(seed); r2 = random.Random(seed + 1000); r3 = random.Random(seed + 2000)
 s20 = 's20' in sys.argv[5:]
@@ -125,7 +125,7 @@ while time.time() - t0 < budget:
     pair = run_pair(BIN, f, a, b)
     if pair is None: stats['invalid'] = stats.get('invalid', 0) + 1; continue
     out = []
-    compare(pair[0], pair[1], '', out, ('events', 'event_fingerprint', 'simulated_ranks', 'waited_for_gpu', 'simulated_micro_batches', 'extended_from_micro_batches', 'kernels'), 1e-12)
+    compare(pair[0], pair[1], '', out, EXTENSION_SKIP, 1e-12)
     k = ('diff' if out else 'same') + '_' + net
     stats[k] = stats.get(k, 0) + 1
     if pipes and pair[0].get('simulated_micro_batches', mbs) < mbs: stats['extended_' + net] = stats.get('extended_' + net, 0) + 1
