@@ -1,25 +1,19 @@
-// The scaleout command line. Exit codes: 0 a finished simulation (also when the job does not
-// fit), 2 bad input (the message names the file and JSON path), 1 an internal error.
+// The scaleout programs: `scaleout`, and where MPI is found its twin `scaleout-mpi`, the same
+// command line with sweeps run over MPI ranks (SCALEOUT_HAVE_MPI). Only this file is compiled for
+// each; the commands are in cli_main.cpp and the libraries.
+#if defined(SCALEOUT_MPI_TWIN) && defined(__linux__)
+#include <unistd.h>
+
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
-#include <vector>
-
-#include <CLI/CLI.hpp>
-
-#if defined(SCALEOUT_MPI_TWIN) && defined(__linux__)
-#include <climits>
-#include <cstdio>
-#include <unistd.h>
 #endif
 
-#include "sim/engine/check.hpp"
-#include "tools/cli/commands.hpp"
+#include "tools/cli/entry.hpp"
 #include "tools/cli/huge_pages.hpp"
-#include "tools/cli/sweep.hpp"
-#include "tools/io/input_error.hpp"
 
 namespace {
 // This binary carries no MPI (it starts faster without Open MPI's libraries); a sweep that mpirun
@@ -45,31 +39,10 @@ void hand_mpi_sweep_to_twin(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef SCALEOUT_HAVE_MPI
+  scaleout::use_mpi_sweeps();
+#endif
   hand_mpi_sweep_to_twin(argc, argv);
   scaleout::restart_with_huge_pages(argv);
-  CLI::App app{"scaleout: a discrete-event simulator of distributed AI training"};
-  app.require_subcommand(1);
-  scaleout::register_commands(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::Success& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
-  } catch (const scaleout::InputError& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 2;
-  } catch (const scaleout::InternalError& e) {
-    std::cerr << e.what() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "internal error: " << e.what() << "\n";
-    return 1;
-  }
-  return scaleout::command_exit_code();
+  return scaleout::run_cli(argc, argv);
 }

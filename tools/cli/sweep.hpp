@@ -2,10 +2,13 @@
 // `scaleout sweep`: every point of a sweep file simulated by a pool of worker threads, or by the
 // ranks of an MPI job (rank 0 hands out points and writes the one results file), each row appended
 // and made durable as it finishes, in completion order.
-#include <CLI/CLI.hpp>
 #include <cstddef>
 #include <functional>
 #include <string>
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace scaleout {
 
@@ -39,8 +42,5 @@ struct SweepSummary {
 SweepSummary run_sweep(const SweepOptions& o, const std::function<void(const SweepProgress&)>& on_progress = {});
 
 void register_sweep_command(CLI::App& app);
-
-// Whether mpirun (or another PMI launcher) started this process.
-bool launched_by_mpirun();
 
 }  // namespace scaleout
