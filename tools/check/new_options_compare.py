@@ -50,6 +50,11 @@
 # now checked); seed 301, 10 min, on the committed build: 16,040 valid, 4,042 extended (1,686
 # analytic, 2,356 flow), two 4e-9 and 2e-9 apart in max_peer_wait_s (picoseconds; the same in the
 # build before).
+# Session 31 (ext faults, after a slow GPU's step without a pipeline on the analytic network was
+# extended from a settled pair): seed 310, 7 min: 9,687 plans, 7,801 valid, none of the analytic
+# ones different (1,786 of them extended that way); two flow plans (s310_6005, s310_8742, extended
+# from 2-4 micro-batches) 0.3-0.75 % off in the exposed time's CP/DP split, the same on the build
+# before.
 import json, os, random, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plans import random_plan, run_pair, compare, EXTENSION_SKIP
