@@ -3456,6 +3456,18 @@ Windows windows_of(const StepConfig& cfg) {
   // With a slow GPU both looks are taken (simulate_step): where the second does not pay, none.
   auto first_look = [&](Windows w) { return slow && later_windows(cfg, w).c == 0 ? Windows{} : w; };
   if (par.pp == 1 && !stall && cfg.topology && dp_every_micro_batch) return m > 24 ? first_look({2, 3, 16}) : Windows{};
+  // On the flow network without faults, a step without a pipeline and without data-parallel
+  // traffic in every micro-batch replays its micro-batches past the first from recorded runs, their
+  // collectives joined (a few events each), while its end runs the gradient reduction's buckets as
+  // flows over the fabric: windows pay that end three times, which costs more than the step's own
+  // micro-batches (callgrind, extrapolated against every micro-batch: the six such 64-GPU plans of
+  // the seed 1-2 surveys 1.56-2.21x at 32-128 micro-batches, 1.00-1.15x for three of them at 512;
+  // 46 random plans of 4-32 GPUs 0.73-1.60x, 1.02x geometric mean). Simulated in full below 1,024
+  // micro-batches. (On the analytic network the windows won on random plans, 0.82x, and lost on
+  // the surveys' 64-GPU ones, 1.04-1.23x: kept. With a slow GPU or link, or data-parallel traffic
+  // every micro-batch, a micro-batch costs more and the windows win: 0.17-0.99x.)
+  if (par.pp == 1 && cfg.topology && !cfg.topology->has_faults() && !slow && !stall && !dp_every_micro_batch && m < 1024)
+    return {};
   // Three windows of 2, 3 and 4 micro-batches simulate 9 and pay the step's end (the gradient
   // reduction, the optimizer) three times: where that is not fewer micro-batches than the step's
   // own, they cost more than simulating it (callgrind, the seed 1-2 surveys' steps of 8

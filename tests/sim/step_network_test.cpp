@@ -405,7 +405,7 @@ TEST_CASE("on the flow network, data-parallel traffic in every micro-batch is no
   // reduce-scatters overlap the next micro-batch's TP and CP collectives differently): windows
   // 2, 3, 4 extended it 0.5 % short over 48. Such plans put the third window at 16, where the
   // drift shows and the step is simulated exactly; plain data parallelism on the same fabric
-  // still uses 2, 3, 4. (Since the context-parallel ranks joined the data-parallel group that
+  // simulates every micro-batch below 1,024 and uses 2, 3, 4 past that. (Since the context-parallel ranks joined the data-parallel group that
   // ZeRO-3 plan grows evenly; its ZeRO-2 twin drifts: 5.2153, 5.2541, then 5.2305 ms per
   // micro-batch between 16 and 17.)
   Json j = {{"model", {{"arch", "llama"}, {"layers", 4}, {"hidden", 1024}, {"heads", 8}, {"kv_heads", 8}, {"ffn", 4096},
@@ -424,8 +424,12 @@ TEST_CASE("on the flow network, data-parallel traffic in every micro-batch is no
   // Up to 24 micro-batches, every one is simulated.
   j["training"]["global_batch"] = 2 * 24;
   CHECK(simulated_micro_batches(step_config(parse_scenario(j, "test.json"))) == 24);
+  // Plain data parallelism on the same healthy fabric: every micro-batch below 1,024 (the windows
+  // would pay its end, the gradient reduction's flows, three times), 2, 3, 4 from there.
   j["training"]["global_batch"] = 2 * 100;
   j["parallelism"].erase("zero");
+  CHECK(simulated_micro_batches(step_config(parse_scenario(j, "test.json"))) == 100);
+  j["training"]["global_batch"] = 2 * 1024;
   CHECK(simulated_micro_batches(step_config(parse_scenario(j, "test.json"))) == 4);
   j["simulation"]["network"] = "analytic";
   j["parallelism"]["zero"] = 3;
@@ -590,12 +594,12 @@ TEST_CASE("on the flow network, collectives on links of their own join runs and 
     const auto [runs, kernels] = runs_and_kernels(j, 1e-9);
     if (name == "tp-node" || name == "straggler" || name == "paced" || name == "paced-host-bound") CHECK(runs * 10 < kernels);
   }
-  // Without a pipeline a long accumulation is extended from windows of 2, 3 and 4 micro-batches,
-  // whose later rounds replay the runs the first recorded (joined collectives included): the
-  // same step as simulating all 24.
+  // Without a pipeline a long accumulation (1,024 micro-batches and more on a healthy fabric) is
+  // extended from windows of 2, 3 and 4 micro-batches, whose later rounds replay the runs the
+  // first recorded (joined collectives included): the same step as simulating all 1,024.
   Json dp = plan(4);
   dp["parallelism"] = {{"tp", 4}, {"dp", 4}, {"sequence_parallel", true}};
-  dp["training"]["global_batch"] = 96;
+  dp["training"]["global_batch"] = 4 * 1024;
   const StepConfig c = step_config(parse_scenario(dp, "test.json"));
   CHECK(simulated_micro_batches(c) == 4);
   const StepResult windows = simulate_step(c);
