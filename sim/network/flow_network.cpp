@@ -444,9 +444,8 @@ bool FlowNetwork::idle(std::span<const LinkId> links) const {
 }
 
 void FlowNetwork::reserve(std::span<const LinkId> links, Time until, std::function<void()> evict) {
-  if (!book(links, until, std::move(evict)) || watched_.empty()) return;
-  if (std::any_of(links.begin(), links.end(), [this](LinkId l) { return watched_[l] != 0; }))
-    tell_watchers(links, sim_.now(), until);
+  // (tell_watchers passes over the links nobody watches.)
+  if (book(links, until, std::move(evict)) && !watched_.empty()) tell_watchers(links, sim_.now(), until);
 }
 
 void FlowNetwork::reserve(std::uint32_t set, Time until, std::function<void()> evict) {

@@ -334,9 +334,9 @@ struct TapeCache {
   std::vector<int> records_classes;
   bool records_track_memory = true, records_flow_joins_off = false;
   // The lists simulate_step's checks of its windows read, recorded only in those windows: each
-  // rank's passes in a pipeline's (StepResult::pass_starts_ps, settled_in) and, with a slow GPU,
-  // what bound each rendezvous's arrivals and each kernel's start (StepResult::arrivals_ps and
-  // tasks_ps, same_bindings).
+  // rank's passes in a pipeline's, or with a slow GPU on the analytic network without one
+  // (StepResult::pass_starts_ps, settled_in) and, with a slow GPU, what bound each rendezvous's
+  // arrivals and each kernel's start (StepResult::arrivals_ps and tasks_ps, same_bindings).
   bool passes = false, bindings = false;
 };
 
@@ -3233,8 +3233,8 @@ StepResult simulate_step_round(const StepConfig& cfg, TapeCache& tapes) {
     res.failure = buf;
   }
 
-  // A pipelined step's windows: each simulated rank's pass starts and shapes (simulate_step's check
-  // of its windows, settled_in).
+  // A pipelined step's windows (or a slow GPU's without a pipeline, analytic network): each
+  // simulated rank's pass starts and shapes (simulate_step's check of its windows, settled_in).
   if (tapes.passes) {
     res.pass_starts_ps.resize(std::size_t(nranks));
     res.pass_shapes.resize(std::size_t(nranks));
@@ -3442,8 +3442,8 @@ Windows windows_of(const StepConfig& cfg) {
   // (1,086 of them ZeRO-3 or FSDP without a pipeline) were extended exactly.
   const bool slow = slow_gpu(cfg);
   if (par.pp == 1 && slow && dp_every_micro_batch && par.zero == 2 && par.fsdp == FsdpMode::none) return {};
-  // Without a pipeline on the analytic network, as a slow pipeline's (below): one window of 8
-  // micro-batches where the state must have turned periodic (a transient of a few, two periods
+  // Without a pipeline on the analytic network, as a slow pipeline's (below): one window of
+  // kSettleWindow (8) micro-batches where the state must have turned periodic (a transient of a few, two periods
   // alike, then the end's two) and a shorter one past the transient that simulate_step finds there.
   // Every GPU's timeline is then a max-plus system of its kernels, its host's launches and its
   // groups' rendezvous: once every rank's passes repeat with one shift and their tasks alike, they
@@ -3452,7 +3452,9 @@ Windows windows_of(const StepConfig& cfg) {
   // 16 (an FSDP Mixtral, TP 8 x DP 8 with EP 2, one GPU 20 % slow, 32 micro-batches: 3 and 8
   // simulated instead of 32, 0.09 -> 0.05 s). Not on the flow network, where data-parallel
   // traffic that meets the next micro-batch's can drift after many periods alike (above).
-  if (par.pp == 1 && slow && !stall && !cfg.topology) return m >= 2 * 8 ? Windows{0, 0, 8} : Windows{};
+  constexpr std::int64_t kSettleWindow = 8;
+  if (par.pp == 1 && slow && !stall && !cfg.topology)
+    return m >= 2 * kSettleWindow ? Windows{0, 0, kSettleWindow} : Windows{};
   // With a slow GPU both looks are taken (simulate_step): where the second does not pay, none.
   auto first_look = [&](Windows w) { return slow && later_windows(cfg, w).c == 0 ? Windows{} : w; };
   if (par.pp == 1 && !stall && cfg.topology && dp_every_micro_batch) return m > 24 ? first_look({2, 3, 16}) : Windows{};
